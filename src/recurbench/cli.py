@@ -1,0 +1,315 @@
+"""The recurbench command line. It only parses arguments and calls library functions.
+
+Errors on bad input (``RecurbenchError``) are printed as one clear message and exit with code 1;
+capabilities not built yet exit with code 2.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from recurbench.errors import NotBuiltError, RecurbenchError
+
+app = typer.Typer(
+    name="recurbench",
+    help="Benchmarks that untangle recurrence and self-attention: RL agents and LTSF forecasters.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    add_completion=False,
+)
+data_app = typer.Typer(help="Datasets: list, verify checksums, fetch, inspect under the LTSF protocol.", no_args_is_help=True)
+bench_app = typer.Typer(help="Performance benchmarks (kernels, layers, training throughput).", no_args_is_help=True)
+app.add_typer(data_app, name="data")
+app.add_typer(bench_app, name="bench")
+
+console = Console()
+err_console = Console(stderr=True)
+
+DataDirOpt = Annotated[
+    str | None,
+    typer.Option("--data-dir", help="Folder with the dataset files (before $RECURBENCH_DATA and the user cache)."),
+]
+TrackingOpt = Annotated[
+    str | None,
+    typer.Option("--tracking-uri", help="MLflow tracking URI (default: $MLFLOW_TRACKING_URI, else sqlite:///results/mlflow.db)."),
+]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
+
+
+def main() -> None:
+    """Console entry point: user errors become one message and a non-zero exit code."""
+    try:
+        app()
+    except NotBuiltError as exc:
+        err_console.print(f"[yellow]not built yet:[/yellow] {exc}")
+        sys.exit(2)
+    except RecurbenchError as exc:
+        err_console.print(f"[red]error:[/red] {exc}", highlight=False)
+        sys.exit(1)
+
+
+def _print_json(obj: Any) -> None:
+    typer.echo(json.dumps(obj, indent=2, default=str))
+
+
+def _table(title: str, header: list[str], rows: list[list[Any]]) -> Table:
+    table = Table(title=title)
+    for name in header:
+        table.add_column(name)
+    for row in rows:
+        table.add_row(*(str(cell) for cell in row))
+    return table
+
+
+def _split_csv(values: list[str] | None) -> list[str] | None:
+    """Options given as repeated flags and/or comma-separated lists."""
+    if not values:
+        return None
+    return [item.strip() for value in values for item in value.split(",") if item.strip()]
+
+
+# ------------------------------------------------------------------------------------------- list
+
+
+@app.command("list")
+def list_cmd(
+    what: Annotated[str, typer.Argument(help="suites | models | datasets | envs")] = "suites",
+    as_json: JsonOpt = False,
+) -> None:
+    """List shipped suites, models (forecasters and agent cores), datasets or environment pairs."""
+    from recurbench.agents import CORES
+    from recurbench.data import DATASETS
+    from recurbench.envs import ENV_PAIRS, registered_env_ids
+    from recurbench.forecasters import MODELS
+    from recurbench.suites import list_suites
+
+    if what == "suites":
+        suites = list_suites()
+        if as_json:
+            return _print_json(suites)
+        rows = [[name, ", ".join(s["profiles"]), s["description"]] for name, s in suites.items()]
+        console.print(_table("suites", ["suite", "profiles", "description"], rows))
+    elif what == "models":
+        items = [{"name": n, "kind": "forecaster", "description": d} for n, d in MODELS.items()]
+        items += [{"name": n, "kind": "agent core", "description": d} for n, d in CORES.items()]
+        if as_json:
+            return _print_json(items)
+        console.print(_table("models", ["name", "kind", "description"], [list(i.values()) for i in items]))
+    elif what == "datasets":
+        items = [
+            {"name": s.name, "file": s.filename, "rows": s.rows, "target": s.target, "split": s.split, "sha256": s.sha256}
+            for s in DATASETS.values()
+        ]
+        if as_json:
+            return _print_json(items)
+        console.print(_table("datasets", list(items[0]), [list(i.values()) for i in items]))
+    elif what == "envs":
+        known = registered_env_ids()
+        items = [
+            {"pair": p.name, "train": p.train, "test": p.test, "registered": p.train in known and p.test in known}
+            for p in ENV_PAIRS.values()
+        ]
+        if as_json:
+            return _print_json(items)
+        console.print(_table("MiniGrid train/test pairs", ["pair", "train", "test", "registered"], [list(i.values()) for i in items]))
+        missing = [i["pair"] for i in items if not i["registered"]]
+        if missing:
+            raise RecurbenchError(f"environment ids not registered by the installed minigrid: {', '.join(missing)}")
+    else:
+        raise RecurbenchError(f"unknown listing {what!r}; choose one of: suites, models, datasets, envs")
+
+
+# ------------------------------------------------------------------------------------------- data
+
+
+@data_app.command("list")
+def data_list(data_dir: DataDirOpt = None, as_json: JsonOpt = False) -> None:
+    """Registered datasets and where (if anywhere) their files were found."""
+    from recurbench.data import DATASETS, locate
+    from recurbench.errors import DataError
+
+    items = []
+    for name in DATASETS:
+        try:
+            path: str | None = str(locate(name, data_dir))
+        except DataError:
+            path = None
+        items.append({"name": name, "path": path})
+    if as_json:
+        return _print_json(items)
+    console.print(_table("datasets", ["name", "path"], [[i["name"], i["path"] or "[red]missing[/red]"] for i in items]))
+
+
+@data_app.command("verify")
+def data_verify(
+    names: Annotated[list[str] | None, typer.Argument(help="Datasets to check (default: all).")] = None,
+    data_dir: DataDirOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Check each dataset file's sha256 against the registry; exit 1 if any is missing or differs."""
+    from recurbench.data import verify
+
+    results = verify(names, data_dir)
+    if as_json:
+        _print_json([{**r.__dict__, "path": str(r.path) if r.path else None} for r in results])
+    else:
+        colour = {"ok": "green", "mismatch": "red", "missing": "yellow"}
+        rows = [[r.name, f"[{colour[r.status]}]{r.status}[/]", r.path or "-", r.message.splitlines()[0] if r.message else ""] for r in results]
+        console.print(_table("sha256 verification", ["name", "status", "path", "detail"], rows))
+    bad = [r for r in results if r.status != "ok"]
+    if bad:
+        raise RecurbenchError("; ".join(r.message.splitlines()[0] for r in bad))
+
+
+@data_app.command("fetch")
+def data_fetch(
+    names: Annotated[list[str] | None, typer.Argument(help="Datasets to download (default: all with a URL).")] = None,
+    data_dir: DataDirOpt = None,
+    force: Annotated[bool, typer.Option("--force", help="Download again even if a good file exists.")] = False,
+) -> None:
+    """Download datasets (to --data-dir, else $RECURBENCH_DATA, else the user cache), verified by sha256."""
+    from recurbench.data import DATASETS, fetch
+
+    chosen = names or [n for n, s in DATASETS.items() if s.url]
+    for name in chosen:
+        with console.status(f"fetching {name}"):
+            path = fetch(name, data_dir, force=force)
+        console.print(f"[green]ok[/green] {name} -> {path}")
+
+
+@data_app.command("info")
+def data_info(
+    name: Annotated[str, typer.Argument(help="A registered dataset name, or a path to your own CSV with a 'date' column.")],
+    seq_len: Annotated[int, typer.Option("--seq-len", help="Encoder input length.")] = 96,
+    label_len: Annotated[int, typer.Option("--label-len", help="Decoder start-token length.")] = 48,
+    pred_len: Annotated[int, typer.Option("--pred-len", help="Forecast horizon.")] = 24,
+    target: Annotated[str | None, typer.Option("--target", help="Target column (custom CSVs; default: last column).")] = None,
+    data_dir: DataDirOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Rows, columns, frequency, split borders and window counts under Informer's protocol."""
+    from recurbench.data import WindowSpec, prepare
+
+    info = prepare(name, WindowSpec(seq_len, label_len, pred_len), data_dir, target=target).describe()
+    if as_json:
+        return _print_json(info)
+    console.print(_table(f"{info['name']}", ["key", "value"], [[k, v] for k, v in info.items()]))
+
+
+# -------------------------------------------------------------------------------------------- run
+
+
+class _RunProgress:
+    """One rich progress bar per run."""
+
+    def __init__(self, progress: Progress) -> None:
+        self.progress = progress
+
+    def __call__(self, plan: Any) -> Any:
+        task = self.progress.add_task(plan.name, total=None)
+
+        def update(completed: float, total: float, description: str = "") -> None:
+            self.progress.update(task, completed=completed, total=total, description=f"{plan.name} {description}".strip())
+
+        return update
+
+
+@app.command("run")
+def run_cmd(
+    suite: Annotated[str, typer.Argument(help="Suite name (see `recurbench list suites`).")],
+    profile: Annotated[str, typer.Option("--profile", "-p", help="Profile in the suite file, e.g. quick or paper.")] = "quick",
+    datasets: Annotated[list[str] | None, typer.Option("--datasets", help="LTSF: datasets to run (comma-separated or repeated).")] = None,
+    horizons: Annotated[list[str] | None, typer.Option("--horizons", help="LTSF: horizons to run.")] = None,
+    models: Annotated[list[str] | None, typer.Option("--models", help="Models (forecasters) or cores (agents) to run.")] = None,
+    envs: Annotated[list[str] | None, typer.Option("--envs", help="MiniGrid: env pairs to run (see `recurbench list envs`).")] = None,
+    seeds: Annotated[int | None, typer.Option("--seeds", help="Number of seeds (0..N-1), overriding the profile.")] = None,
+    config: Annotated[str | None, typer.Option("--config", help="A suite YAML to use instead of the shipped one.")] = None,
+    tracking_uri: TrackingOpt = None,
+    data_dir: DataDirOpt = None,
+) -> None:
+    """Run a suite profile; every configuration and seed becomes a nested MLflow run."""
+    from recurbench.suites import run_suite
+    from recurbench.suites.runner import SUITES
+    from recurbench.tracking import make_tracker
+
+    if suite not in SUITES:
+        raise RecurbenchError(f"unknown suite {suite!r}; known suites: {', '.join(SUITES)}")
+    selection: dict[str, Any] = {}
+    for key, value in (("datasets", datasets), ("horizons", horizons), ("models", models), ("envs", envs)):
+        if (items := _split_csv(value)) is not None:
+            selection[key] = items
+    if seeds is not None:
+        if seeds < 1:
+            raise RecurbenchError(f"--seeds must be at least 1, got {seeds}")
+        selection["seeds"] = seeds
+    tracker = make_tracker(tracking_uri)
+    with Progress(
+        TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=console
+    ) as progress:
+        result = run_suite(
+            suite, profile, tracker, selection=selection, data_dir=data_dir, config_path=config,
+            progress_factory=_RunProgress(progress),
+        )
+    header, rows = SUITES[suite]().summary_rows(result.outcomes)
+    console.print(_table(f"{suite} / {profile}", header, rows))
+    console.print(f"MLflow parent run: {result.parent_run_id}")
+    if result.failed:
+        for o in result.failed:
+            err_console.print(f"[red]FAILED[/red] {o.plan.name}: {o.error}")
+        raise typer.Exit(1)
+
+
+# ------------------------------------------------------------------------- not built yet (stubs)
+
+
+@app.command("tune", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+def tune_cmd(suite: Annotated[str, typer.Argument()] = "") -> None:
+    """Optuna studies over REM head counts, dilations and memory sizes."""
+    raise NotBuiltError("`recurbench tune` (issue: Tuning) is not implemented yet")
+
+
+@app.command("compare", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+def compare_cmd(suite: Annotated[str, typer.Argument()] = "") -> None:
+    """Tables of tracked runs against the published results."""
+    raise NotBuiltError("`recurbench compare` (issue: Comparison and reports) is not implemented yet")
+
+
+@app.command("report", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+def report_cmd(suite: Annotated[str, typer.Argument()] = "") -> None:
+    """An HTML/Markdown report with figures from tracked runs."""
+    raise NotBuiltError("`recurbench report` (issue: Comparison and reports) is not implemented yet")
+
+
+@bench_app.command("rem", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+def bench_rem_cmd() -> None:
+    """REM operator: dense vs chunked speed, memory and error."""
+    raise NotBuiltError("`recurbench bench rem` (issue: Kernels) is not implemented yet")
+
+
+@bench_app.command("rsa", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+def bench_rsa_cmd() -> None:
+    """Training-step overhead of an RSA attention layer over the same layer without REMs."""
+    raise NotBuiltError("`recurbench bench rsa` (issue: Kernels) is not implemented yet")
+
+
+@bench_app.command("forecast", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+def bench_forecast_cmd() -> None:
+    """Seconds per training epoch of Informer on ETTh1 (paper settings)."""
+    raise NotBuiltError("`recurbench bench forecast` (issue: Forecasters) is not implemented yet")
+
+
+@bench_app.command("rl", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+def bench_rl_cmd() -> None:
+    """PPO training steps per second per memory core, next to sb3-contrib's RecurrentPPO."""
+    raise NotBuiltError("`recurbench bench rl` (issue: Agents) is not implemented yet")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,35 @@
+"""Environments: MiniGrid train/test pairs (train small, test large; Kerg et al. 2020, Table 4)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class EnvPair:
+    """An agent is trained on ``train`` and its generalisation measured on ``test``."""
+
+    name: str
+    train: str
+    test: str
+
+
+ENV_PAIRS: dict[str, EnvPair] = {
+    pair.name: pair
+    for pair in (
+        EnvPair("RedBlueDoors", "MiniGrid-RedBlueDoors-6x6-v0", "MiniGrid-RedBlueDoors-8x8-v0"),
+        EnvPair("GoToObject", "MiniGrid-GoToObject-6x6-N2-v0", "MiniGrid-GoToObject-8x8-N2-v0"),
+        EnvPair("Memory", "MiniGrid-MemoryS7-v0", "MiniGrid-MemoryS13-v0"),
+        EnvPair("GoToDoor", "MiniGrid-GoToDoor-5x5-v0", "MiniGrid-GoToDoor-8x8-v0"),
+        EnvPair("Fetch", "MiniGrid-Fetch-5x5-N2-v0", "MiniGrid-Fetch-8x8-N3-v0"),
+        EnvPair("DoorKey", "MiniGrid-DoorKey-5x5-v0", "MiniGrid-DoorKey-16x16-v0"),
+    )
+}
+
+
+def registered_env_ids() -> set[str]:
+    """MiniGrid ids known to gymnasium in this installation."""
+    import gymnasium
+    import minigrid  # noqa: F401  (registers the MiniGrid ids)
+
+    return {env_id for env_id in gymnasium.registry if env_id.startswith("MiniGrid-")}

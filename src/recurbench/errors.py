@@ -1,0 +1,21 @@
+"""Exceptions that carry a message a user can act on.
+
+Every error raised on bad input names its culprit (file, row, column, key, value); the CLI prints
+the message and exits non-zero without a traceback.
+"""
+
+
+class RecurbenchError(Exception):
+    """Base class for errors recurbench reports to the user as a plain message."""
+
+
+class DataError(RecurbenchError):
+    """A dataset file is missing, corrupt, malformed or too short for the requested windows."""
+
+
+class ConfigError(RecurbenchError):
+    """A suite/config file or a command-line choice is invalid."""
+
+
+class NotBuiltError(RecurbenchError):
+    """A capability that exists in the CLI but is not implemented yet."""

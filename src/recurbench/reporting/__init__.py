@@ -1,0 +1,1 @@
+"""Comparison tables and figures from tracked runs."""

@@ -1,0 +1,214 @@
+"""The suite runner: one parent MLflow run per invocation, one nested run per configuration and seed.
+
+A suite is a YAML file shipped in this folder (``<name>.yaml``) plus a :class:`SuiteDefinition`
+that knows how to validate its profiles, plan its runs and execute one of them. The runner owns what
+is common: loading and validating the YAML, seeding, tracking, progress bars, failure handling and
+the final summary. A configuration that raises is ended FAILED (with the error as a tag); the
+others still run, and the invocation reports the failures at the end.
+
+Suite YAML layout::
+
+    suite: ltsf                    # must equal the file's name
+    description: ...
+    profiles:
+      quick: {...}                 # validated by the suite's profile model
+      paper: {...}
+
+YAML anchors and merge keys (``<<: *base``) are the way to share settings between profiles.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel
+
+from recurbench.config import StrictModel, read_yaml, validate
+from recurbench.errors import ConfigError, RecurbenchError
+from recurbench.seeding import seed_everything
+from recurbench.tracking import RunHandle, Tracker, experiment_name, standard_tags
+
+#: Reports progress of one run: ``progress(completed, total, description)``.
+ProgressFn = Callable[[float, float, str], None]
+
+
+@dataclass(frozen=True)
+class RunPlan:
+    """One configuration x seed of a suite, fully resolved before anything trains."""
+
+    name: str
+    seed: int
+    tags: dict[str, str]
+    params: dict[str, Any]
+    payload: Any = None
+    """Whatever the suite needs to execute the run (typed configs, not strings)."""
+
+
+@dataclass
+class RunOutcome:
+    plan: RunPlan
+    status: str  # FINISHED | FAILED
+    metrics: dict[str, float] = field(default_factory=dict)
+    error: str | None = None
+    run_id: str | None = None
+    seconds: float = 0.0
+
+
+@dataclass
+class SuiteResult:
+    suite: str
+    profile: str
+    parent_run_id: str | None
+    outcomes: list[RunOutcome]
+
+    @property
+    def failed(self) -> list[RunOutcome]:
+        return [o for o in self.outcomes if o.status != "FINISHED"]
+
+
+class SuiteDefinition(ABC):
+    """What a suite provides to the runner."""
+
+    name: str
+    profile_model: type[StrictModel]
+
+    @abstractmethod
+    def plan(self, profile: BaseModel, selection: Mapping[str, Any], *, data_dir: str | None) -> list[RunPlan]:
+        """Expand a profile (narrowed by command-line ``selection``) into runs, validating everything
+        that can be checked before training (names, shapes, data availability)."""
+
+    @abstractmethod
+    def execute(
+        self, plan: RunPlan, run: RunHandle, progress: ProgressFn, *, data_dir: str | None
+    ) -> dict[str, float]:
+        """Run one plan, logging to ``run``; returns its headline metrics."""
+
+    def summary_rows(self, outcomes: Sequence[RunOutcome]) -> tuple[list[str], list[list[str]]]:
+        """Header and rows of the table printed at the end (default: one row per run)."""
+        keys = sorted({k for o in outcomes for k in o.metrics})
+        rows = [
+            [o.plan.name, o.status, *(f"{o.metrics[k]:.4f}" if k in o.metrics else "-" for k in keys)]
+            for o in outcomes
+        ]
+        return ["run", "status", *keys], rows
+
+
+def _definitions() -> dict[str, Callable[[], SuiteDefinition]]:
+    # Imported lazily so that `recurbench list` and `data` do not pay for torch models or SB3.
+    def ltsf() -> SuiteDefinition:
+        from recurbench.suites.ltsf import LTSFSuite
+
+        return LTSFSuite()
+
+    def minigrid() -> SuiteDefinition:
+        from recurbench.suites.minigrid import MinigridSuite
+
+        return MinigridSuite()
+
+    return {"ltsf": ltsf, "minigrid": minigrid}
+
+
+SUITES: dict[str, Callable[[], SuiteDefinition]] = _definitions()
+
+
+def suite_file(name: str) -> Path:
+    return Path(str(resources.files("recurbench.suites").joinpath(f"{name}.yaml")))
+
+
+def list_suites() -> dict[str, dict[str, Any]]:
+    """Shipped suites with their description and profile names."""
+    out = {}
+    for name in SUITES:
+        path = suite_file(name)
+        if path.is_file():
+            raw = read_yaml(path)
+            out[name] = {"description": raw.get("description", ""), "profiles": list(raw.get("profiles", {}))}
+    return out
+
+
+class SuiteFile(StrictModel):
+    suite: str
+    description: str = ""
+    profiles: dict[str, dict[str, Any]]
+
+
+def load_profile(name: str, profile: str, path: str | os.PathLike[str] | None = None) -> tuple[SuiteDefinition, BaseModel]:
+    """Load suite ``name`` (or the YAML at ``path``) and validate one of its profiles."""
+    if name not in SUITES:
+        raise ConfigError(f"unknown suite {name!r}; known suites: {', '.join(SUITES)}")
+    definition = SUITES[name]()
+    source = Path(path) if path is not None else suite_file(name)
+    raw = read_yaml(source)
+    header = validate(SuiteFile, raw, str(source))
+    if header.suite != name:
+        raise ConfigError(f"{source}: suite: the file defines suite {header.suite!r}, expected {name!r}")
+    if profile not in header.profiles:
+        raise ConfigError(
+            f"{source}: profiles: no profile {profile!r}; available: {', '.join(header.profiles)}"
+        )
+    cfg = validate(definition.profile_model, header.profiles[profile], str(source), prefix=f"profiles.{profile}")
+    return definition, cfg
+
+
+def run_suite(
+    name: str,
+    profile: str,
+    tracker: Tracker,
+    *,
+    selection: Mapping[str, Any] | None = None,
+    data_dir: str | None = None,
+    config_path: str | os.PathLike[str] | None = None,
+    progress_factory: Callable[[RunPlan], ProgressFn] | None = None,
+) -> SuiteResult:
+    """Plan every run (all validation happens here, before training), then execute them in order."""
+    definition, cfg = load_profile(name, profile, config_path)
+    plans = definition.plan(cfg, dict(selection or {}), data_dir=data_dir)
+    if not plans:
+        raise ConfigError(f"suite {name!r} profile {profile!r}: the selection leaves no run to do")
+    outcomes: list[RunOutcome] = []
+    experiment = experiment_name(name)
+    with tracker.run(
+        f"{name}-{profile}", experiment=experiment, tags=standard_tags(suite=name, profile=profile, role="parent")
+    ) as parent:
+        parent.log_params({"profile": profile, "n_runs": len(plans), "selection": dict(selection or {})})
+        for plan in plans:
+            progress = progress_factory(plan) if progress_factory else (lambda *_: None)
+            tags = standard_tags(suite=name, profile=profile, seed=plan.seed, **plan.tags)
+            start = time.perf_counter()
+            outcome = RunOutcome(plan, "FAILED")
+            try:
+                with tracker.run(plan.name, experiment=experiment, tags=tags, parent=parent) as run:
+                    outcome.run_id = run.run_id
+                    run.log_params({**plan.params, "seed": plan.seed})
+                    seed_everything(plan.seed)
+                    outcome.metrics = definition.execute(plan, run, progress, data_dir=data_dir)
+                    outcome.seconds = time.perf_counter() - start
+                    run.log_metrics({"wall_time_s": outcome.seconds})
+                outcome.status = "FINISHED"
+            except (KeyboardInterrupt, SystemExit):
+                raise
+            except Exception as exc:  # the run is already marked FAILED by the tracker
+                outcome.error = f"{type(exc).__name__}: {exc}"
+                outcome.seconds = time.perf_counter() - start
+            outcomes.append(outcome)
+        failed = [o for o in outcomes if o.status != "FINISHED"]
+        parent.log_metrics({"runs_finished": len(outcomes) - len(failed), "runs_failed": len(failed)})
+        result = SuiteResult(name, profile, parent.run_id, outcomes)
+        if failed and len(failed) == len(outcomes):
+            # Mark the parent FAILED too: nothing in this invocation produced a result.
+            raise SuiteFailed(result)
+    return result
+
+
+class SuiteFailed(RecurbenchError):
+    def __init__(self, result: SuiteResult) -> None:
+        self.result = result
+        errors = "\n".join(f"  - {o.plan.name}: {o.error}" for o in result.failed)
+        super().__init__(f"every run of suite {result.suite!r} failed:\n{errors}")

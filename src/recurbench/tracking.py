@@ -1,0 +1,304 @@
+"""Experiment tracking: MLflow for real runs, an in-memory tracker for tests.
+
+Conventions (every suite, study and benchmark follows them):
+
+* one MLflow experiment per suite (``recurbench-<suite>``), a parent run per invocation and a nested
+  run per configuration/seed (or per Optuna trial);
+* standard tags: ``suite``, ``profile``, ``model`` or ``agent``, ``dataset`` or ``env``, ``seed``,
+  ``recurbench_version``, ``git_commit`` (when the code runs from a git checkout), ``device``;
+* a run whose body raises is ended ``FAILED`` with the error in the ``error`` tag (``KILLED`` on
+  Ctrl-C), and the exception propagates: a crash never leaves a run silently RUNNING or lost.
+
+The default store is embedded: ``sqlite:///results/mlflow.db`` with artifacts under
+``results/mlartifacts``. ``--tracking-uri`` (or ``MLFLOW_TRACKING_URI``) selects any other store.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import tempfile
+import time
+import traceback
+from abc import ABC, abstractmethod
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import recurbench
+
+RESULTS_DIR = Path("results")
+DEFAULT_TRACKING_URI = "sqlite:///results/mlflow.db"
+EXPERIMENT_PREFIX = "recurbench-"
+_MAX_PARAM_CHARS = 6000
+
+
+def experiment_name(suite: str) -> str:
+    return f"{EXPERIMENT_PREFIX}{suite}"
+
+
+def flatten(params: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """Nested mappings become dotted keys (``model.d_model``), the form MLflow params take."""
+    flat: dict[str, Any] = {}
+    for key, value in params.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, Mapping):
+            flat.update(flatten(value, f"{name}."))
+        else:
+            flat[name] = value
+    return flat
+
+
+def git_commit() -> str | None:
+    """The commit of the source tree recurbench runs from, if it is a git checkout."""
+    here = Path(__file__).resolve().parent
+    try:
+        out = subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=here, capture_output=True, text=True, timeout=5, check=False
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.strip() or None if out.returncode == 0 else None
+
+
+def device_name() -> str:
+    import torch
+
+    if torch.cuda.is_available():
+        return f"cuda:{torch.cuda.get_device_name(0)}"
+    return "cpu"
+
+
+def standard_tags(**tags: Any) -> dict[str, str]:
+    """The given tags (None dropped) plus version, git commit and device."""
+    out = {k: str(v) for k, v in tags.items() if v is not None}
+    out["recurbench_version"] = recurbench.__version__
+    commit = git_commit()
+    if commit:
+        out["git_commit"] = commit
+    out.setdefault("device", device_name())
+    return out
+
+
+class RunHandle(ABC):
+    """One tracked run. Values are logged immediately (nothing is buffered until the end)."""
+
+    run_id: str
+
+    @abstractmethod
+    def log_params(self, params: Mapping[str, Any]) -> None: ...
+
+    @abstractmethod
+    def log_metrics(self, metrics: Mapping[str, float], step: int | None = None) -> None: ...
+
+    @abstractmethod
+    def set_tags(self, tags: Mapping[str, Any]) -> None: ...
+
+    @abstractmethod
+    def log_artifact(self, path: str | os.PathLike[str], artifact_path: str | None = None) -> None: ...
+
+    def log_dict(self, data: Any, artifact_file: str) -> None:
+        """Write ``data`` as JSON into the run's artifacts under ``artifact_file``."""
+        self.log_text(json.dumps(data, indent=2, sort_keys=True, default=str), artifact_file)
+
+    def log_text(self, text: str, artifact_file: str) -> None:
+        with tempfile.TemporaryDirectory() as tmp:
+            path = Path(tmp) / Path(artifact_file).name
+            path.write_text(text)
+            parent = str(Path(artifact_file).parent)
+            self.log_artifact(path, None if parent == "." else parent)
+
+    def log_figure(self, figure: Any, artifact_file: str) -> None:
+        """Save a matplotlib figure as an artifact."""
+        with tempfile.TemporaryDirectory() as tmp:
+            path = Path(tmp) / Path(artifact_file).name
+            figure.savefig(path, dpi=120, bbox_inches="tight")
+            parent = str(Path(artifact_file).parent)
+            self.log_artifact(path, None if parent == "." else parent)
+
+
+class Tracker(ABC):
+    """Opens runs. ``with tracker.run(...) as run:`` ends the run FINISHED, or FAILED if it raises."""
+
+    @abstractmethod
+    def _start(self, experiment: str, name: str, tags: dict[str, str], parent: RunHandle | None) -> RunHandle: ...
+
+    @abstractmethod
+    def _end(self, run: RunHandle, status: str) -> None: ...
+
+    @contextmanager
+    def run(
+        self,
+        name: str,
+        *,
+        experiment: str,
+        tags: Mapping[str, Any] | None = None,
+        parent: RunHandle | None = None,
+    ) -> Iterator[RunHandle]:
+        handle = self._start(experiment, name, {k: str(v) for k, v in (tags or {}).items()}, parent)
+        try:
+            yield handle
+        except KeyboardInterrupt:
+            handle.set_tags({"error": "KeyboardInterrupt"})
+            self._end(handle, "KILLED")
+            raise
+        except BaseException as exc:
+            message = f"{type(exc).__name__}: {exc}"
+            handle.set_tags({"error": message[:5000], "error_traceback": traceback.format_exc()[-5000:]})
+            self._end(handle, "FAILED")
+            raise
+        else:
+            self._end(handle, "FINISHED")
+
+
+# ----------------------------------------------------------------------------------------------
+# In-memory tracker (tests)
+
+
+@dataclass
+class RecordedRun(RunHandle):
+    run_id: str
+    experiment: str
+    name: str
+    tags: dict[str, str]
+    parent_id: str | None
+    params: dict[str, Any] = field(default_factory=dict)
+    metrics: dict[str, list[tuple[int | None, float]]] = field(default_factory=dict)
+    artifacts: dict[str, bytes] = field(default_factory=dict)
+    status: str = "RUNNING"
+
+    def log_params(self, params: Mapping[str, Any]) -> None:
+        self.params.update(flatten(params))
+
+    def log_metrics(self, metrics: Mapping[str, float], step: int | None = None) -> None:
+        for key, value in metrics.items():
+            self.metrics.setdefault(key, []).append((step, float(value)))
+
+    def set_tags(self, tags: Mapping[str, Any]) -> None:
+        self.tags.update({k: str(v) for k, v in tags.items()})
+
+    def log_artifact(self, path: str | os.PathLike[str], artifact_path: str | None = None) -> None:
+        p = Path(path)
+        key = f"{artifact_path}/{p.name}" if artifact_path else p.name
+        self.artifacts[key] = p.read_bytes()
+
+    def last(self, metric: str) -> float:
+        return self.metrics[metric][-1][1]
+
+
+class MemoryTracker(Tracker):
+    """Keeps runs in memory: writes nothing, lets tests assert what would have been logged."""
+
+    def __init__(self) -> None:
+        self.runs: list[RecordedRun] = []
+
+    def _start(self, experiment: str, name: str, tags: dict[str, str], parent: RunHandle | None) -> RunHandle:
+        run = RecordedRun(f"run-{len(self.runs)}", experiment, name, dict(tags), parent.run_id if parent else None)
+        self.runs.append(run)
+        return run
+
+    def _end(self, run: RunHandle, status: str) -> None:
+        assert isinstance(run, RecordedRun)
+        run.status = status
+
+    def children(self, parent: RunHandle) -> list[RecordedRun]:
+        return [r for r in self.runs if r.parent_id == parent.run_id]
+
+
+# ----------------------------------------------------------------------------------------------
+# MLflow
+
+
+def resolve_tracking_uri(uri: str | None = None) -> str:
+    return uri or os.environ.get("MLFLOW_TRACKING_URI") or DEFAULT_TRACKING_URI
+
+
+class MlflowRun(RunHandle):
+    def __init__(self, client: Any, run_id: str) -> None:
+        self.client = client
+        self.run_id = run_id
+
+    def log_params(self, params: Mapping[str, Any]) -> None:
+        from mlflow.entities import Param
+
+        items = [Param(k, _param_value(v)) for k, v in flatten(params).items()]
+        for i in range(0, len(items), 100):
+            self.client.log_batch(self.run_id, params=items[i : i + 100])
+
+    def log_metrics(self, metrics: Mapping[str, float], step: int | None = None) -> None:
+        from mlflow.entities import Metric
+
+        now = int(time.time() * 1000)
+        items = [
+            Metric(k, float(v), now, int(step or 0))
+            for k, v in metrics.items()
+            if v is not None
+        ]
+        for i in range(0, len(items), 500):
+            self.client.log_batch(self.run_id, metrics=items[i : i + 500])
+
+    def set_tags(self, tags: Mapping[str, Any]) -> None:
+        from mlflow.entities import RunTag
+
+        self.client.log_batch(self.run_id, tags=[RunTag(k, str(v)) for k, v in tags.items()])
+
+    def log_artifact(self, path: str | os.PathLike[str], artifact_path: str | None = None) -> None:
+        self.client.log_artifact(self.run_id, str(path), artifact_path)
+
+
+def _param_value(value: Any) -> str:
+    text = json.dumps(value) if isinstance(value, (list, tuple, dict)) else str(value)
+    return text if len(text) <= _MAX_PARAM_CHARS else text[: _MAX_PARAM_CHARS - 3] + "..."
+
+
+class MlflowTracker(Tracker):
+    """Tracks to MLflow. With the default embedded store, creates ``results/`` on first use."""
+
+    def __init__(self, tracking_uri: str | None = None) -> None:
+        from mlflow.tracking import MlflowClient
+
+        self.tracking_uri = resolve_tracking_uri(tracking_uri)
+        self._default_store = self.tracking_uri == DEFAULT_TRACKING_URI
+        if self._default_store:
+            RESULTS_DIR.mkdir(parents=True, exist_ok=True)
+        self.client = MlflowClient(tracking_uri=self.tracking_uri)
+        self._experiments: dict[str, str] = {}
+
+    def experiment_id(self, experiment: str) -> str:
+        if experiment not in self._experiments:
+            found = self.client.get_experiment_by_name(experiment)
+            if found is not None:
+                self._experiments[experiment] = found.experiment_id
+            else:
+                location = None
+                if self._default_store:
+                    location = (RESULTS_DIR / "mlartifacts" / experiment).resolve().as_uri()
+                try:
+                    self._experiments[experiment] = self.client.create_experiment(
+                        experiment, artifact_location=location
+                    )
+                except Exception:  # another worker created it first
+                    found = self.client.get_experiment_by_name(experiment)
+                    if found is None:
+                        raise
+                    self._experiments[experiment] = found.experiment_id
+        return self._experiments[experiment]
+
+    def _start(self, experiment: str, name: str, tags: dict[str, str], parent: RunHandle | None) -> RunHandle:
+        from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID
+
+        if parent is not None:
+            tags = {**tags, MLFLOW_PARENT_RUN_ID: parent.run_id}
+        run = self.client.create_run(self.experiment_id(experiment), run_name=name, tags=tags)
+        return MlflowRun(self.client, run.info.run_id)
+
+    def _end(self, run: RunHandle, status: str) -> None:
+        self.client.set_terminated(run.run_id, status=status)
+
+
+def make_tracker(tracking_uri: str | None = None, *, enabled: bool = True) -> Tracker:
+    """The tracker the CLI uses: MLflow at ``tracking_uri`` (or the default), or memory if disabled."""
+    return MlflowTracker(tracking_uri) if enabled else MemoryTracker()

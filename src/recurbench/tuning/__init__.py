@@ -1,0 +1,1 @@
+"""Optuna studies over REM head counts, dilations and memory sizes."""
