@@ -10,10 +10,10 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Annotated, Any, TypeVar
 
 import yaml
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import AfterValidator, BaseModel, ConfigDict, ValidationError
 
 from recurbench.errors import ConfigError
 
@@ -33,6 +33,8 @@ def format_validation_error(exc: ValidationError, source: str, prefix: str = "")
         message = err["msg"]
         if err["type"] == "extra_forbidden":
             message = "unknown key"
+        elif err["type"] == "value_error":
+            message = message.removeprefix("Value error, ")
         got = err.get("input")
         shown = "" if isinstance(got, (dict, list)) else f" (got {got!r})"
         lines.append(f"{source}: {loc or '<root>'}: {message}{shown}")
@@ -80,3 +82,18 @@ def check_names(values: list[str], known: Mapping[str, Any] | list[str], what: s
     for i, value in enumerate(values):
         if value not in known:
             raise ConfigError(f"{where}.{i}: unknown {what} {value!r}; known: {', '.join(known)}")
+
+
+def known_name(registry: Mapping[str, Any], what: str) -> Any:
+    """A ``str`` type that only accepts keys of ``registry`` (checked at validation time, so a bad
+    name in a suite file is reported with its file and key path, e.g. ``profiles.quick.models.1``)::
+
+        models: list[known_name(MODELS, "model")]
+    """
+
+    def check(value: str) -> str:
+        if value not in registry:
+            raise ValueError(f"unknown {what} {value!r}; known: {', '.join(registry)}")
+        return value
+
+    return Annotated[str, AfterValidator(check)]

@@ -19,6 +19,7 @@ What the protocol is (Zhou et al. 2021, and the facts its reference code impleme
 
 from __future__ import annotations
 
+import csv
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -89,6 +90,27 @@ def _where(path: Path, data_row: int, column: str | None = None) -> str:
     return f"{path}: line {data_row + 2} (data row {data_row + 1}){col}"
 
 
+def _check_row_lengths(path: Path) -> None:
+    """Every row must have the header's number of fields (pandas would silently pad short rows)."""
+    try:
+        with open(path, newline="", encoding="utf-8") as fh:
+            reader = csv.reader(fh)
+            header = next(reader, None)
+            if header is None:
+                raise DataError(f"{path}: the file is empty")
+            for line_no, row in enumerate(reader, start=2):
+                if len(row) != len(header) and row:
+                    where = f"{path}: line {line_no} (data row {line_no - 1})"
+                    if len(row) < len(header):
+                        raise DataError(
+                            f"{where}, column {header[len(row)]!r}: missing cell "
+                            f"(the row has {len(row)} fields, the header {len(header)})"
+                        )
+                    raise DataError(f"{where}: {len(row)} fields, the header has {len(header)}")
+    except UnicodeDecodeError as exc:
+        raise DataError(f"{path}: not a UTF-8 text file ({exc})") from None
+
+
 def read_series(path: str | os.PathLike[str], target: str | None = None) -> Series:
     """Read and validate a CSV with a ``date`` column and numeric columns.
 
@@ -99,14 +121,13 @@ def read_series(path: str | os.PathLike[str], target: str | None = None) -> Seri
     path = Path(path)
     if not path.is_file():
         raise DataError(f"{path}: no such file")
+    _check_row_lengths(path)
     try:
         raw = pd.read_csv(path, dtype=str, keep_default_na=False, skipinitialspace=True)
     except pd.errors.EmptyDataError:
         raise DataError(f"{path}: the file is empty") from None
     except pd.errors.ParserError as exc:
         raise DataError(f"{path}: malformed CSV: {exc}") from None
-    except UnicodeDecodeError as exc:
-        raise DataError(f"{path}: not a UTF-8 text file ({exc})") from None
     if DATE_COLUMN not in raw.columns:
         raise DataError(
             f"{path}: no '{DATE_COLUMN}' column; the header has {', '.join(map(repr, raw.columns))}"
@@ -129,10 +150,6 @@ def read_series(path: str | os.PathLike[str], target: str | None = None) -> Seri
     values = np.empty((len(raw), len(ordered)), dtype=np.float64)
     for j, column in enumerate(ordered):
         cells = raw[column]
-        missing = cells.isna()  # a row with fewer fields than the header
-        if missing.any():
-            i = int(np.flatnonzero(missing.to_numpy())[0])
-            raise DataError(f"{_where(path, i, column)}: missing cell (the row has fewer fields than the header)")
         stripped = cells.str.strip()
         empty = stripped == ""
         if empty.any():

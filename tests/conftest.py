@@ -1,0 +1,26 @@
+"""Shared fixtures. The LTSF files are looked up as users do: --data-dir / $RECURBENCH_DATA."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "ltsf"
+
+
+def ltsf_data_dir() -> Path | None:
+    """$RECURBENCH_DATA if set, else the workplace's shared copy beside the checkout, else None."""
+    env = os.environ.get("RECURBENCH_DATA")
+    if env and Path(env).is_dir():
+        return Path(env)
+    return SHARED_DATA if SHARED_DATA.is_dir() else None
+
+
+@pytest.fixture(scope="session")
+def data_dir() -> Path:
+    found = ltsf_data_dir()
+    if found is None:
+        pytest.skip("LTSF data not available: set RECURBENCH_DATA to a folder with ETTh1.csv etc.")
+    return found

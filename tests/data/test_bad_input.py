@@ -1,0 +1,124 @@
+"""Bad CSVs get one clear error naming file, line and column; a user's own CSV is accepted."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from recurbench.data import WindowSpec, prepare, read_series
+from recurbench.errors import DataError
+
+HEADER = "date,a,b,OT\n"
+
+
+def _rows(n, start="2020-01-01 00:00:00", step="1h"):
+    import pandas as pd
+
+    dates = pd.date_range(start, periods=n, freq=step)
+    return [f"{d:%Y-%m-%d %H:%M:%S},{i}.5,{2 * i},{i % 7}" for i, d in enumerate(dates)]
+
+
+def _write(tmp_path, lines, header=HEADER, name="mine.csv"):
+    path = tmp_path / name
+    path.write_text(header + "\n".join(lines) + "\n")
+    return path
+
+
+def _expect(path, pattern, **kw):
+    with pytest.raises(DataError) as info:
+        read_series(path, **kw)
+    message = str(info.value)
+    assert str(path) in message
+    assert re.search(pattern, message), message
+    return message
+
+
+def test_missing_date_column(tmp_path):
+    path = _write(tmp_path, ["2020-01-01,1,2,3"], header="time,a,b,OT\n")
+    _expect(path, r"no 'date' column; the header has 'time', 'a', 'b', 'OT'")
+
+
+@pytest.mark.parametrize(
+    "bad_cell, pattern",
+    [("", r"line 5 \(data row 4\), column 'b': empty cell"),
+     ("abc", r"line 5 \(data row 4\), column 'b': non-numeric value 'abc'"),
+     ("NaN", r"line 5 \(data row 4\), column 'b': NaN 'NaN'"),
+     ("inf", r"line 5 \(data row 4\), column 'b': non-finite value 'inf'")],
+)
+def test_bad_cells_name_line_and_column(tmp_path, bad_cell, pattern):
+    lines = _rows(10)
+    parts = lines[3].split(",")
+    parts[2] = bad_cell
+    lines[3] = ",".join(parts)
+    _expect(_write(tmp_path, lines), pattern)
+
+
+def test_short_row_is_a_missing_cell(tmp_path):
+    lines = _rows(6)
+    lines[2] = ",".join(lines[2].split(",")[:3])
+    _expect(_write(tmp_path, lines), r"line 4 \(data row 3\), column 'OT': missing cell")
+
+
+def test_unparseable_date(tmp_path):
+    lines = _rows(6)
+    lines[4] = "yesterday" + lines[4][19:]
+    _expect(_write(tmp_path, lines), r"line 6 \(data row 5\), column 'date': unparseable date 'yesterday'")
+
+
+def test_duplicated_timestamp(tmp_path):
+    lines = _rows(8)
+    lines[5] = lines[4].split(",")[0] + "," + ",".join(lines[5].split(",")[1:])
+    _expect(_write(tmp_path, lines), r"line 7 \(data row 6\), column 'date': duplicated timestamp '2020-01-01 04:00:00' \(same as line 6\)")
+
+
+def test_irregular_timestamp(tmp_path):
+    lines = _rows(8)
+    del lines[3]  # a gap of two hours between data rows 3 and 4
+    _expect(_write(tmp_path, lines), r"line 5 \(data row 4\), column 'date': irregular timestamp '2020-01-01 04:00:00': 0 days 02:00:00 after the previous row, expected the series' step of 0 days 01:00:00")
+
+
+def test_backwards_timestamp(tmp_path):
+    lines = _rows(8)
+    lines[2], lines[3] = lines[3], lines[2]
+    _expect(_write(tmp_path, lines), r"line 5 \(data row 4\), column 'date': timestamp '2020-01-01 02:00:00' is earlier")
+
+
+def test_unknown_target(tmp_path):
+    _expect(_write(tmp_path, _rows(5)), r"target column 'zz' not in the file's columns", target="zz")
+
+
+def test_too_few_rows_for_the_window(tmp_path):
+    path = _write(tmp_path, _rows(100))  # custom split: 70 / 10 / 20 rows
+    with pytest.raises(DataError) as info:
+        prepare(str(path), WindowSpec(8, 4, 24))
+    message = str(info.value)
+    assert str(path) in message
+    assert "the val split has 18 rows" in message and "seq_len 8 + pred_len 24" in message
+
+
+def test_a_users_csv_is_a_custom_dataset_with_target_last(tmp_path):
+    path = _write(tmp_path, _rows(200), header="date,OT,a,b\n")
+    data = prepare(str(path), WindowSpec(12, 6, 4), target="OT")
+    assert data.series.columns == ("a", "b", "OT")
+    assert (data.train.start, data.train.end) == (0, 140)
+    assert (data.val.start, data.val.end) == (140 - 12, 160)
+    assert (data.test.start, data.test.end) == (160 - 12, 200)
+    assert data.test.n_windows == 40 + 12 - 12 - 4 + 1
+
+
+def test_window_spec_rejects_label_longer_than_input():
+    with pytest.raises(DataError, match=r"label_len \(50\) cannot exceed seq_len \(10\)"):
+        WindowSpec(10, 50, 5)
+
+
+def test_a_missing_registered_dataset_says_where_it_looked_and_how_to_get_it(tmp_path, monkeypatch):
+    monkeypatch.setenv("RECURBENCH_DATA", str(tmp_path / "env"))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    with pytest.raises(DataError) as info:
+        prepare("ETTh2", WindowSpec(96, 48, 24), data_dir=tmp_path / "explicit")
+    message = str(info.value)
+    assert "ETTh2.csv not found" in message
+    for folder in ("explicit", "env", "cache/recurbench/data"):
+        assert str(tmp_path / folder / "ETTh2.csv") in message
+    assert "recurbench data fetch ETTh2" in message

@@ -1,0 +1,130 @@
+"""The suite runner: YAML validation with paths, nested runs per plan, failures kept and reported."""
+
+from __future__ import annotations
+
+import textwrap
+
+import pytest
+
+from recurbench.config import StrictModel, check_names, known_name
+from recurbench.errors import ConfigError
+from recurbench.suites import runner
+from recurbench.suites.runner import RunPlan, SuiteDefinition, SuiteFailed, run_suite
+from recurbench.tracking import MemoryTracker
+
+KNOWN = {"good": 1, "crash": 2}
+
+
+class ToyProfile(StrictModel):
+    models: list[known_name(KNOWN, "model")]
+    seeds: int = 1
+    scale: float = 1.0
+
+
+class ToySuite(SuiteDefinition):
+    name = "toy"
+    profile_model = ToyProfile
+
+    def plan(self, profile, selection, *, data_dir):
+        models = selection.get("models", profile.models)
+        check_names(models, KNOWN, "model", "models")
+        seeds = selection.get("seeds", profile.seeds)
+        return [
+            RunPlan(f"{m}-s{s}", s, {"model": m}, {"scale": profile.scale}, payload=m)
+            for m in models
+            for s in range(seeds)
+        ]
+
+    def execute(self, plan, run, progress, *, data_dir):
+        import torch
+
+        if plan.payload == "crash":
+            raise RuntimeError("loss is NaN")
+        value = float(torch.rand(()))  # seeded by the runner
+        run.log_metrics({"score": value})
+        return {"score": value}
+
+
+@pytest.fixture
+def toy(tmp_path, monkeypatch):
+    monkeypatch.setitem(runner.SUITES, "toy", ToySuite)
+    path = tmp_path / "toy.yaml"
+    path.write_text(
+        textwrap.dedent(
+            """\
+            suite: toy
+            description: a toy suite
+            profiles:
+              base: &base
+                models: [good]
+                seeds: 2
+              both:
+                <<: *base
+                models: [good, crash]
+            """
+        )
+    )
+    return path
+
+
+def test_runs_are_nested_tagged_and_seeded(toy):
+    tracker = MemoryTracker()
+    result = run_suite("toy", "base", tracker, config_path=toy)
+    parent, *children = tracker.runs
+    assert parent.tags["role"] == "parent" and parent.tags["suite"] == "toy" and parent.tags["profile"] == "base"
+    assert [c.name for c in children] == ["good-s0", "good-s1"]
+    assert all(c.parent_id == parent.run_id and c.status == "FINISHED" for c in children)
+    assert children[0].tags["seed"] == "0" and children[0].tags["model"] == "good"
+    assert children[0].params == {"scale": 1.0, "seed": 0}
+    assert "wall_time_s" in children[0].metrics
+    # Same seed, same result; different seed, different result.
+    again = run_suite("toy", "base", MemoryTracker(), config_path=toy)
+    assert [o.metrics for o in again.outcomes] == [o.metrics for o in result.outcomes]
+    assert result.outcomes[0].metrics != result.outcomes[1].metrics
+
+
+def test_a_crashing_run_is_failed_the_others_still_run(toy):
+    tracker = MemoryTracker()
+    result = run_suite("toy", "both", tracker, config_path=toy, selection={"seeds": 1})
+    statuses = {o.plan.name: o.status for o in result.outcomes}
+    assert statuses == {"good-s0": "FINISHED", "crash-s0": "FAILED"}
+    crash = next(r for r in tracker.runs if r.name == "crash-s0")
+    assert crash.status == "FAILED" and crash.tags["error"] == "RuntimeError: loss is NaN"
+    assert tracker.runs[0].status == "FINISHED"
+    assert tracker.runs[0].metrics["runs_failed"] == [(None, 1.0)]
+
+
+def test_when_every_run_fails_the_parent_is_failed_too(toy):
+    tracker = MemoryTracker()
+    with pytest.raises(SuiteFailed, match="crash-s0: RuntimeError: loss is NaN"):
+        run_suite("toy", "both", tracker, config_path=toy, selection={"models": ["crash"], "seeds": 1})
+    assert tracker.runs[0].status == "FAILED"
+
+
+@pytest.mark.parametrize(
+    "profile_yaml, message",
+    [
+        ("models: [good]\n    colour: red", r"profiles\.p\.colour: unknown key \(got 'red'\)"),
+        ("models: [good]\n    seeds: two", r"profiles\.p\.seeds: Input should be a valid integer \(got 'two'\)"),
+        ("models: [good, nope]", r"profiles\.p\.models\.1: unknown model 'nope'; known: good, crash \(got 'nope'\)"),
+    ],
+)
+def test_bad_suite_files_are_reported_with_their_path(tmp_path, monkeypatch, profile_yaml, message):
+    monkeypatch.setitem(runner.SUITES, "toy", ToySuite)
+    path = tmp_path / "bad.yaml"
+    path.write_text(f"suite: toy\nprofiles:\n  p:\n    {profile_yaml}\n")
+    with pytest.raises(ConfigError, match=message) as info:
+        run_suite("toy", "p", MemoryTracker(), config_path=path)
+    assert str(info.value).startswith(f"{path}: ")
+
+
+def test_unknown_names_selected_on_the_command_line_are_refused(toy):
+    with pytest.raises(ConfigError, match=r"models\.0: unknown model 'bad'"):
+        run_suite("toy", "base", MemoryTracker(), config_path=toy, selection={"models": ["bad"]})
+
+
+def test_unknown_profile_and_suite(toy):
+    with pytest.raises(ConfigError, match="no profile 'huge'; available: base, both"):
+        run_suite("toy", "huge", MemoryTracker(), config_path=toy)
+    with pytest.raises(ConfigError, match="unknown suite 'nope'"):
+        run_suite("nope", "quick", MemoryTracker())

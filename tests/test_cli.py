@@ -1,0 +1,75 @@
+"""The CLI end to end: listing, data commands, JSON output and error exits."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+from typer.testing import CliRunner
+
+from recurbench.cli import app
+from recurbench.errors import DataError
+
+runner = CliRunner()
+
+
+def test_help_lists_every_command():
+    result = runner.invoke(app, ["--help"])
+    assert result.exit_code == 0
+    for command in ("list", "run", "tune", "compare", "report", "data", "bench"):
+        assert command in result.output
+
+
+@pytest.mark.parametrize("what", ["suites", "models", "datasets", "envs"])
+def test_list_json(what):
+    result = runner.invoke(app, ["list", what, "--json"])
+    assert result.exit_code == 0, result.output
+    items = json.loads(result.output)
+    assert items
+
+
+def test_list_envs_checks_every_pair_is_registered():
+    items = json.loads(runner.invoke(app, ["list", "envs", "--json"]).output)
+    assert {i["pair"] for i in items} >= {"DoorKey", "Memory", "RedBlueDoors", "GoToObject", "GoToDoor", "Fetch"}
+    assert all(i["registered"] for i in items)
+
+
+def test_data_info_json_counts(data_dir):
+    result = runner.invoke(
+        app, ["data", "info", "ETTh1", "--seq-len", "96", "--label-len", "48", "--pred-len", "24", "--json", "--data-dir", str(data_dir)]
+    )
+    assert result.exit_code == 0, result.output
+    info = json.loads(result.output)
+    assert info["rows"] == 17420 and info["freq"] == "h" and len(info["columns"]) == 7
+    assert (info["train_rows"], info["val_rows"], info["test_rows"]) == (8640, 2976, 2976)
+    assert (info["train_windows"], info["val_windows"], info["test_windows"]) == (8521, 2857, 2857)
+
+
+def test_data_verify_passes_on_the_shared_data(data_dir):
+    result = runner.invoke(app, ["data", "verify", "--json", "--data-dir", str(data_dir)])
+    assert result.exit_code == 0, result.output
+    assert {r["status"] for r in json.loads(result.output)} == {"ok"}
+
+
+def test_data_info_bad_csv_raises_a_data_error(tmp_path):
+    path = tmp_path / "bad.csv"
+    path.write_text("when,x\n2020-01-01,1\n")
+    result = runner.invoke(app, ["data", "info", str(path)])
+    assert isinstance(result.exception, DataError)
+    assert "no 'date' column" in str(result.exception)
+
+
+def test_console_script_prints_one_clear_error_and_exits_1(tmp_path):
+    path = tmp_path / "bad.csv"
+    path.write_text("date,x\n2020-01-01 00:00,1\n2020-01-01 01:00,oops\n")
+    env = {**os.environ, "COLUMNS": "200"}
+    proc = subprocess.run(
+        [sys.executable, "-c", "from recurbench.cli import main; main()", "data", "info", str(path)],
+        capture_output=True, text=True, env=env, check=False,
+    )
+    assert proc.returncode == 1
+    assert "Traceback" not in proc.stderr
+    assert "line 3 (data row 2), column 'x': non-numeric value 'oops'" in " ".join(proc.stderr.split())

@@ -1,0 +1,61 @@
+"""Tracking: nested runs, standard tags, and a crash ends the run FAILED with the error as a tag."""
+
+from __future__ import annotations
+
+import pytest
+
+from recurbench.tracking import MemoryTracker, MlflowTracker, flatten, standard_tags
+
+
+def test_flatten_nested_params():
+    assert flatten({"model": {"d_model": 64, "heads": {"k": [1, 2]}}, "lr": 1e-4}) == {
+        "model.d_model": 64,
+        "model.heads.k": [1, 2],
+        "lr": 1e-4,
+    }
+
+
+def test_standard_tags_add_version_and_device_and_drop_none():
+    tags = standard_tags(suite="ltsf", model=None, seed=3)
+    assert tags["suite"] == "ltsf" and tags["seed"] == "3" and "model" not in tags
+    assert tags["device"] == "cpu" or tags["device"].startswith("cuda")
+    assert "recurbench_version" in tags
+
+
+def test_memory_tracker_marks_a_raising_run_failed_and_keeps_the_parent_alive():
+    tracker = MemoryTracker()
+    with tracker.run("parent", experiment="e") as parent:
+        with pytest.raises(ValueError, match="boom"):
+            with tracker.run("child", experiment="e", parent=parent) as child:
+                child.log_metrics({"loss": 1.0}, step=0)
+                raise ValueError("boom")
+        with tracker.run("ok", experiment="e", parent=parent) as ok:
+            ok.log_params({"a": {"b": 1}})
+    runs = {r.name: r for r in tracker.runs}
+    assert runs["child"].status == "FAILED" and runs["child"].tags["error"] == "ValueError: boom"
+    assert runs["child"].metrics["loss"] == [(0, 1.0)]  # logged before the crash, kept
+    assert runs["ok"].status == "FINISHED" and runs["ok"].params == {"a.b": 1}
+    assert runs["parent"].status == "FINISHED"
+    assert [r.name for r in tracker.children(parent)] == ["child", "ok"]
+
+
+def test_mlflow_tracker_records_nested_runs_and_failures(tmp_path):
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    tracker = MlflowTracker(uri)
+    with tracker.run("parent", experiment="recurbench-test", tags={"suite": "test"}) as parent:
+        with tracker.run("child", experiment="recurbench-test", parent=parent) as child:
+            child.log_params({"model": {"d_model": 8}})
+            child.log_metrics({"val_loss": 0.5}, step=1)
+            child.log_dict({"k": [1, 2]}, "rem/params.json")
+        with pytest.raises(RuntimeError):
+            with tracker.run("crash", experiment="recurbench-test", parent=parent):
+                raise RuntimeError("diverged")
+    client = tracker.client
+    runs = {r.info.run_name: r for r in client.search_runs([tracker.experiment_id("recurbench-test")])}
+    assert runs["child"].info.status == "FINISHED"
+    assert runs["child"].data.params == {"model.d_model": "8"}
+    assert runs["child"].data.metrics == {"val_loss": 0.5}
+    assert runs["child"].data.tags["mlflow.parentRunId"] == runs["parent"].info.run_id
+    assert runs["crash"].info.status == "FAILED"
+    assert runs["crash"].data.tags["error"] == "RuntimeError: diverged"
+    assert [a.path for a in client.list_artifacts(runs["child"].info.run_id, "rem")] == ["rem/params.json"]
