@@ -275,16 +275,54 @@ def tune_cmd(suite: Annotated[str, typer.Argument()] = "") -> None:
     raise NotBuiltError("`recurbench tune` (issue: Tuning) is not implemented yet")
 
 
-@app.command("compare", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
-def compare_cmd(suite: Annotated[str, typer.Argument()] = "") -> None:
-    """Tables of tracked runs against the published results."""
-    raise NotBuiltError("`recurbench compare` (issue: Comparison and reports) is not implemented yet")
+@app.command("compare")
+def compare_cmd(
+    suite: Annotated[str, typer.Argument(help="Suite whose runs to compare: ltsf | minigrid.")],
+    experiment: Annotated[str | None, typer.Option("--experiment", help="MLflow experiment (default: recurbench-SUITE).")] = None,
+    reference: Annotated[str, typer.Option("--reference", help="paper: the published values beside ours; none: ours only.")] = "paper",
+    fmt: Annotated[str, typer.Option("--format", help="table | markdown | csv | latex")] = "table",
+    by: Annotated[list[str] | None, typer.Option("--by", help="Group by these tags instead of the suite's layout (comma-separated or repeated).")] = None,
+    profile: Annotated[str | None, typer.Option("--profile", help="Runs of this profile (default: the latest invocation's; 'all' pools every profile).")] = None,
+    tracking_uri: TrackingOpt = None,
+) -> None:
+    """Finished runs aggregated over seeds (mean ± std, n), beside the papers' tables; failed runs listed."""
+    from recurbench.errors import ConfigError
+    from recurbench.reporting import FORMATS, compare, render, rich_tables
+
+    if fmt not in FORMATS:
+        raise ConfigError(f"unknown format {fmt!r}; choose one of: {', '.join(FORMATS)}")
+    result = compare(suite, tracking_uri=tracking_uri, experiment=experiment, reference=reference, by=_split_csv(by), profile=profile)
+    if fmt == "table":
+        for item in rich_tables(result):
+            console.print(item)
+    else:
+        typer.echo(render(result, fmt), nl=False)
+        if fmt == "csv" and len(result.failed):  # keep stdout parseable; say what is not in it
+            err_console.print(f"{len(result.failed)} run(s) did not finish: {', '.join(result.failed['name'])}")
 
 
-@app.command("report", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
-def report_cmd(suite: Annotated[str, typer.Argument()] = "") -> None:
-    """An HTML/Markdown report with figures from tracked runs."""
-    raise NotBuiltError("`recurbench report` (issue: Comparison and reports) is not implemented yet")
+@app.command("report")
+def report_cmd(
+    suite: Annotated[str, typer.Argument(help="Suite whose runs to report: ltsf | minigrid.")],
+    out: Annotated[str, typer.Option("--out", help="Folder to write the report and its figures into.")],
+    fmt: Annotated[str, typer.Option("--format", help="html (one self-contained file) | markdown (report.md + PNGs)")] = "html",
+    experiment: Annotated[str | None, typer.Option("--experiment", help="MLflow experiment (default: recurbench-SUITE).")] = None,
+    profile: Annotated[str | None, typer.Option("--profile", help="Runs of this profile (default: the latest invocation's).")] = None,
+    no_log: Annotated[bool, typer.Option("--no-log", help="Do not log the figures to the latest parent run.")] = False,
+    tracking_uri: TrackingOpt = None,
+) -> None:
+    """A report with learning/loss curves, REM gates and heatmaps, forecasts and comparison tables."""
+    from recurbench.reporting import write_report
+
+    with console.status(f"building the {suite} report"):
+        report = write_report(
+            suite, out, tracking_uri=tracking_uri, experiment=experiment, profile=profile, fmt=fmt, log_to_mlflow=not no_log
+        )
+    console.print(f"report: {report.path} ({len(report.figures)} figures)")
+    for reason in report.omitted:
+        console.print(f"[dim]left out: {reason}[/dim]")
+    if report.logged_to_run:
+        console.print(f"figures logged to MLflow parent run {report.logged_to_run} (artifacts/report)")
 
 
 @bench_app.command("rem", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})

@@ -1,0 +1,310 @@
+"""Comparison of tracked runs, aggregated over seeds, beside the papers' published figures.
+
+``compare(suite)`` returns a :class:`Comparison` of plain DataFrames; :mod:`.render` turns it into a
+terminal table, Markdown, CSV or LaTeX. Conventions:
+
+* only FINISHED runs are aggregated (see :mod:`.runs` for which runs count); the others are listed in
+  ``Comparison.failed``;
+* per cell: mean, sample std (ddof 1) and n over seeds; for MiniGrid also the interquartile mean with
+  a 95% bootstrap interval when a cell has at least 3 seeds;
+* a cell with no run stays NaN (shown as missing); nothing is filled or imputed;
+* LTSF win counts "RSA vs its baseline" count the (dataset, horizon, metric) cells where the RSA
+  model's mean is **lower than or equal to** the baseline's. Ties count as wins because that is how
+  the paper's own counts come out: its 24/32 for XL includes ETTm1-288 MAE, 0.795 vs 0.795 (23 strict).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import pandas as pd
+
+from recurbench.errors import ConfigError, RecurbenchError
+from recurbench.reporting.reference import (
+    LTSF_DATASET_ORDER,
+    LTSF_MODEL_ORDER,
+    MINIGRID_AGENT_ORDER,
+    RSA_PAIRS,
+    ltsf_reference,
+    minigrid_reference,
+)
+from recurbench.reporting.runs import RunRecord, SuiteRuns, load_runs
+from recurbench.reporting.stats import MIN_SEEDS_FOR_IQM, iqm_ci, summarise
+
+REFERENCES = ("paper", "none")
+
+
+@dataclass(frozen=True)
+class SuiteLayout:
+    """What identifies a configuration of a suite and which logged metrics a comparison shows."""
+
+    config_keys: tuple[str, ...]
+    metrics: dict[str, str]
+    """Logged metric name -> name in the comparison (LTSF's ``test_mse`` is the paper's ``mse``)."""
+    integer_keys: tuple[str, ...] = ()
+
+
+LAYOUTS: dict[str, SuiteLayout] = {
+    "ltsf": SuiteLayout(("dataset", "horizon", "model"), {"test_mse": "mse", "test_mae": "mae"}, ("horizon",)),
+    "minigrid": SuiteLayout(
+        ("env", "agent"),
+        {"train_reward": "train_reward", "test_reward": "test_reward", "generalisation_ratio": "generalisation_ratio"},
+    ),
+}
+
+
+@dataclass
+class Comparison:
+    suite: str
+    experiment: str
+    tracking_uri: str
+    profile: str | None
+    by: tuple[str, ...]
+    reference: str
+    cells: pd.DataFrame
+    """Long form, one row per group and metric: the ``by`` keys, ``metric``, ``mean``, ``std``, ``n``;
+    with ``reference="paper"`` also ``paper``, ``paper_std`` and ``diff`` (ours − paper); MiniGrid
+    adds ``iqm``, ``iqm_lo``, ``iqm_hi`` (NaN below 3 seeds)."""
+    failed: pd.DataFrame
+    """Runs that did not finish: ``run_id``, ``name``, ``status``, config keys, ``seed``, ``error``."""
+    wins: pd.DataFrame | None = None
+    """LTSF: per RSA pair, cells where RSA ≤ baseline, ours and the paper's (on our cells and on all)."""
+    aggregate: pd.DataFrame | None = None
+    """MiniGrid: per agent, IQM over all env pairs' runs with a stratified bootstrap 95% interval."""
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def default_layout(self) -> bool:
+        return self.by == LAYOUTS[self.suite].config_keys
+
+
+def layout(suite: str) -> SuiteLayout:
+    if suite not in LAYOUTS:
+        raise ConfigError(f"unknown suite {suite!r} for compare/report; known suites: {', '.join(LAYOUTS)}")
+    return LAYOUTS[suite]
+
+
+def compare(
+    suite: str,
+    *,
+    tracking_uri: str | None = None,
+    experiment: str | None = None,
+    reference: str = "paper",
+    by: Sequence[str] | None = None,
+    profile: str | None = None,
+) -> Comparison:
+    """Read the suite's runs from MLflow and compare them (see the module docstring)."""
+    spec = layout(suite)
+    if reference not in REFERENCES:
+        raise ConfigError(f"unknown reference {reference!r}; choose one of: {', '.join(REFERENCES)}")
+    runs = load_runs(suite, spec.config_keys, tracking_uri=tracking_uri, experiment=experiment, profile=profile)
+    return compare_runs(runs, reference=reference, by=by)
+
+
+def compare_runs(runs: SuiteRuns, *, reference: str = "paper", by: Sequence[str] | None = None) -> Comparison:
+    spec = layout(runs.suite)
+    failed = failed_frame(runs.unfinished, spec)
+    if not runs.finished:
+        raise RecurbenchError(
+            f"experiment {runs.experiment!r} has no finished runs"
+            + (f" of profile {runs.profile!r}" if runs.profile else "")
+            + (f" ({len(runs.unfinished)} failed or unfinished: {', '.join(failed['name'].head(5))})" if len(failed) else "")
+        )
+    keys = tuple(by) if by else spec.config_keys
+    notes = list(runs.notes)
+    frame = runs_frame(runs.finished, spec, keys)
+    dropped = frame[list(keys)].isna().any(axis=1)
+    if dropped.any():
+        notes.append(f"{int(dropped.sum())} finished run(s) without the tag(s) {', '.join(keys)} left out")
+        frame = frame[~dropped]
+    if frame.empty:
+        raise RecurbenchError(f"no finished run of {runs.experiment!r} carries the tag(s) {', '.join(keys)}")
+    default = keys == spec.config_keys
+    cells = _aggregate(frame, keys, list(spec.metrics.values()), iqm=runs.suite == "minigrid")
+    comparison = Comparison(
+        suite=runs.suite,
+        experiment=runs.experiment,
+        tracking_uri=runs.tracking_uri,
+        profile=runs.profile,
+        by=keys,
+        reference=reference if default else "none",
+        cells=cells,
+        failed=failed,
+        notes=notes,
+    )
+    if not default and reference == "paper":
+        notes.append("the paper's values are shown only in the default layout (without --by)")
+    if default and runs.suite == "ltsf":
+        _ltsf_complete(comparison, reference)
+    elif default and runs.suite == "minigrid":
+        _minigrid_complete(comparison, reference, frame)
+    return comparison
+
+
+def runs_frame(records: Sequence[RunRecord], spec: SuiteLayout, keys: Sequence[str]) -> pd.DataFrame:
+    """One row per run: ``run_id``, ``seed``, the grouping keys (from tags, else params) and the
+    comparison's metrics under their comparison names."""
+    rows = []
+    for r in records:
+        row: dict[str, object] = {"run_id": r.run_id, "seed": r.seed}
+        for key in {*keys, *spec.config_keys}:
+            value = r.tags.get(key, r.params.get(key))
+            row[key] = _typed(key, value, spec)
+        for logged, name in spec.metrics.items():
+            row[name] = r.metrics.get(logged, math.nan)
+        if "generalisation_ratio" in spec.metrics and math.isnan(row["generalisation_ratio"]):  # type: ignore[arg-type]
+            train, test = r.metrics.get("train_reward"), r.metrics.get("test_reward")
+            row["generalisation_ratio"] = test / train if train and test is not None else math.nan
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def _typed(key: str, value: str | None, spec: SuiteLayout) -> object:
+    if value is None:
+        return None
+    if key in spec.integer_keys:
+        try:
+            return int(value)
+        except ValueError:
+            return value
+    return value
+
+
+def _aggregate(frame: pd.DataFrame, keys: Sequence[str], metrics: Sequence[str], *, iqm: bool) -> pd.DataFrame:
+    rows = []
+    for group, sub in frame.groupby(list(keys), sort=False, dropna=False):
+        group = group if isinstance(group, tuple) else (group,)
+        for metric in metrics:
+            values = sub[metric].dropna().tolist()
+            s = summarise(values)
+            row = {**dict(zip(keys, group, strict=True)), "metric": metric, "mean": s.mean, "std": s.std, "n": s.n}
+            if iqm:
+                point, lo, hi = iqm_ci([values]) if s.n >= MIN_SEEDS_FOR_IQM else (math.nan,) * 3
+                row.update(iqm=point, iqm_lo=lo, iqm_hi=hi)
+            rows.append(row)
+    cells = pd.DataFrame(rows)
+    cells["n"] = cells["n"].astype(int)
+    return cells
+
+
+def _complete_grid(cells: pd.DataFrame, index: pd.DataFrame) -> pd.DataFrame:
+    """``cells`` over every row of ``index`` (missing ones NaN, n = 0): a missing cell stays visible."""
+    keys = [c for c in index.columns]
+    out = index.merge(cells, on=keys, how="left")
+    out["n"] = out["n"].fillna(0).astype(int)
+    return out
+
+
+def _ltsf_complete(comp: Comparison, reference: str) -> None:
+    ours = comp.cells
+    settings = ours[["dataset", "horizon"]].drop_duplicates()
+    models = [m for m in LTSF_MODEL_ORDER] + sorted(set(ours["model"]) - set(LTSF_MODEL_ORDER))
+    grid = settings.merge(pd.DataFrame({"model": models}), how="cross").merge(
+        pd.DataFrame({"metric": ["mse", "mae"]}), how="cross"
+    )
+    cells = _complete_grid(ours, grid)
+    paper = ltsf_reference()
+    if reference == "paper":
+        ref = paper.rename(columns={"paper_mean": "paper"})[["dataset", "horizon", "model", "metric", "paper", "paper_std"]]
+        cells = cells.merge(ref, on=["dataset", "horizon", "model", "metric"], how="left")
+        cells["diff"] = cells["mean"] - cells["paper"]
+    order = {d: i for i, d in enumerate(LTSF_DATASET_ORDER)}
+    cells = cells.assign(
+        _d=cells["dataset"].map(lambda d: order.get(d, len(order))),
+        _m=cells["model"].map({m: i for i, m in enumerate(models)}),
+        _k=cells["metric"].map({"mse": 0, "mae": 1}),
+    )
+    comp.cells = cells.sort_values(["_d", "dataset", "horizon", "_k", "_m"]).drop(columns=["_d", "_m", "_k"]).reset_index(drop=True)
+    comp.wins = ltsf_wins(comp.cells[["dataset", "horizon", "model", "metric", "mean"]], paper if reference == "paper" else None)
+
+
+def _pair(wide: pd.DataFrame, base: str, rsa: str) -> pd.DataFrame:
+    if base not in wide or rsa not in wide:
+        return pd.DataFrame(columns=[base, rsa], index=wide.index[:0])
+    return wide[[base, rsa]].dropna()
+
+
+def _count(prefix: str, both: pd.DataFrame, base: str, rsa: str) -> dict[str, int]:
+    return {
+        f"{prefix}_wins": int((both[rsa] <= both[base]).sum()),
+        f"{prefix}_ties": int((both[rsa] == both[base]).sum()),
+        f"{prefix}_cells": len(both),
+    }
+
+
+def ltsf_wins(ours: pd.DataFrame, paper: pd.DataFrame | None) -> pd.DataFrame:
+    """Per RSA pair, the (dataset, horizon, metric) cells where RSA ≤ its baseline: ``ours_*`` over
+    the cells where we have both models; with the paper given, ``paper_*`` over those same cells and
+    ``paper_all_*`` over the paper's whole table (its 28/32, 31/32, 24/32)."""
+    index = ["dataset", "horizon", "metric"]
+    wide = ours.dropna(subset=["mean"]).pivot_table(index=index, columns="model", values="mean", aggfunc="first")
+    paper_wide = (
+        paper.pivot_table(index=index, columns="model", values="paper_mean", aggfunc="first") if paper is not None else None
+    )
+    rows = []
+    for base, rsa in RSA_PAIRS.items():
+        both = _pair(wide, base, rsa)
+        row: dict[str, object] = {"baseline": base, "rsa": rsa, **_count("ours", both, base, rsa)}
+        if paper_wide is not None:
+            published = _pair(paper_wide, base, rsa)
+            row |= _count("paper", published.loc[published.index.intersection(both.index)], base, rsa)
+            row |= _count("paper_all", published, base, rsa)
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def _minigrid_complete(comp: Comparison, reference: str, frame: pd.DataFrame) -> None:
+    ours = comp.cells
+    envs = list(dict.fromkeys(ours["env"]))
+    agents = [a for a in MINIGRID_AGENT_ORDER if a in set(ours["agent"]) or reference == "paper"]
+    agents += sorted(set(ours["agent"]) - set(agents))
+    metrics = list(LAYOUTS["minigrid"].metrics.values())
+    grid = pd.DataFrame([(e, a, m) for e in envs for a in agents for m in metrics], columns=["env", "agent", "metric"])
+    cells = _complete_grid(ours, grid)
+    if reference == "paper":
+        cells = cells.merge(minigrid_reference(), on=["env", "agent", "metric"], how="left")
+        cells["diff"] = cells["mean"] - cells["paper"]
+        # Rows that are missing on both sides (LSTM in the paper, not run by us) say nothing.
+        groups = cells.groupby(["env", "agent"])
+        cells = cells[groups["n"].transform("sum").gt(0) | groups["paper"].transform("count").gt(0)]
+    comp.cells = cells.reset_index(drop=True)
+    comp.aggregate = minigrid_aggregate(frame)
+
+
+def minigrid_aggregate(frame: pd.DataFrame) -> pd.DataFrame:
+    """Per agent and reward: IQM over all runs of every env pair with ≥ 3 seeds, and a stratified
+    (per env pair) bootstrap 95% interval — rliable's aggregate. Rewards are in [0, 1] already, so no
+    per-task normalisation is needed."""
+    rows = []
+    for agent, sub in frame.groupby("agent", sort=False):
+        for metric in ("train_reward", "test_reward"):
+            groups = [g[metric].dropna().to_numpy() for _, g in sub.groupby("env", sort=False)]
+            groups = [g for g in groups if g.size >= MIN_SEEDS_FOR_IQM]
+            point, lo, hi = iqm_ci(groups) if groups else (math.nan,) * 3
+            rows.append((agent, metric, len(groups), int(sum(g.size for g in groups)), point, lo, hi))
+    return pd.DataFrame(rows, columns=["agent", "metric", "envs", "runs", "iqm", "iqm_lo", "iqm_hi"])
+
+
+def failed_frame(records: Sequence[RunRecord], spec: SuiteLayout) -> pd.DataFrame:
+    columns = ["run_id", "name", "status", *spec.config_keys, "seed", "error"]
+    rows = [
+        [
+            r.run_id,
+            r.name,
+            r.status,
+            *(r.tags.get(k) for k in spec.config_keys),
+            r.seed,
+            (r.tags.get("error") or "").splitlines()[0] if r.tags.get("error") else "",
+        ]
+        for r in records
+    ]
+    return pd.DataFrame(rows, columns=columns)
+
+
+def cell_values(comp: Comparison, metric: str) -> pd.DataFrame:
+    """The cells of one metric, indexed by the group keys (a convenience for figures and tests)."""
+    sub = comp.cells[comp.cells["metric"] == metric]
+    return sub.set_index(list(comp.by)).drop(columns="metric")
+

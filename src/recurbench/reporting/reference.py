@@ -1,0 +1,87 @@
+"""The papers' published figures, with their names mapped explicitly to recurbench's.
+
+* RSA paper (Huang et al., ICLR 2023), Table 1: test MSE/MAE on ETTh1, ETTh2, ETTm1 and Weather (WTH)
+  for Informer, LogSparse, Transformer-XL and their RSA variants, mean and std over 5 repeats.
+* Kerg et al. (NeurIPS 2020) supplement, Table 4: mean reward of PPO with MemLSTM and RelLSTM trained
+  on a small MiniGrid environment and tested on a larger one. The paper has no LSTM column.
+"""
+
+from __future__ import annotations
+
+from functools import cache
+from importlib import resources
+
+import pandas as pd
+
+from recurbench.envs import ENV_PAIRS
+
+#: recurbench model name -> the name in the RSA paper's Table 1.
+LTSF_PAPER_MODELS: dict[str, str] = {
+    "informer": "Informer",
+    "rsa_informer": "RSA-Informer",
+    "logsparse": "LogSparse",
+    "rsa_logsparse": "RSA-LogSparse",
+    "xl": "XL",
+    "rsa_xl": "RSA-XL",
+}
+#: Baseline -> its RSA variant (the pairs the paper's win counts compare).
+RSA_PAIRS: dict[str, str] = {"informer": "rsa_informer", "logsparse": "rsa_logsparse", "xl": "rsa_xl"}
+LTSF_MODEL_ORDER: tuple[str, ...] = tuple(LTSF_PAPER_MODELS)
+LTSF_DATASET_ORDER: tuple[str, ...] = ("ETTh1", "ETTh2", "ETTm1", "WTH")
+
+#: recurbench core name -> the column prefix in Kerg et al.'s Table 4 (LSTM: not in the paper).
+MINIGRID_PAPER_AGENTS: dict[str, str] = {"memlstm": "memlstm", "rellstm": "rellstm"}
+MINIGRID_AGENT_ORDER: tuple[str, ...] = ("lstm", "memlstm", "rellstm")
+
+
+def _read(name: str) -> pd.DataFrame:
+    with resources.files("recurbench.reporting").joinpath("reference", name).open() as handle:
+        return pd.read_csv(handle)
+
+
+@cache
+def ltsf_reference() -> pd.DataFrame:
+    """Long form: ``dataset, horizon, model`` (recurbench names), ``metric`` (``mse``/``mae``),
+    ``paper_mean``, ``paper_std``, ``paper_n``."""
+    raw = _read("rsa_table1_ltsf.csv")
+    to_ours = {paper: ours for ours, paper in LTSF_PAPER_MODELS.items()}
+    unknown = set(raw["model"]) - set(to_ours)
+    if unknown:  # the shipped file and the map must agree; a silent drop would hide a row
+        raise ValueError(f"rsa_table1_ltsf.csv has models with no recurbench name: {sorted(unknown)}")
+    frames = []
+    for metric in ("mse", "mae"):
+        frames.append(
+            pd.DataFrame(
+                {
+                    "dataset": raw["dataset"],
+                    "horizon": raw["horizon"].astype(int),
+                    "model": raw["model"].map(to_ours),
+                    "metric": metric,
+                    "paper_mean": raw[f"{metric}_mean"].astype(float),
+                    "paper_std": raw[f"{metric}_std"].astype(float),
+                    "paper_n": raw["repeats"].astype(int),
+                }
+            )
+        )
+    return pd.concat(frames, ignore_index=True)
+
+
+@cache
+def minigrid_reference() -> pd.DataFrame:
+    """Long form: ``env`` (recurbench pair name), ``agent``, ``metric`` (``train_reward``,
+    ``test_reward``, ``generalisation_ratio`` = test/train computed from the two), ``paper``."""
+    raw = _read("kerg_table4_minigrid.csv")
+    by_train_id = {pair.train: pair for pair in ENV_PAIRS.values()}
+    rows = []
+    for rec in raw.to_dict("records"):
+        pair = by_train_id.get(rec["train_env"])
+        if pair is None or pair.test != rec["test_env"]:
+            raise ValueError(f"kerg_table4_minigrid.csv: no recurbench env pair for {rec['train_env']} -> {rec['test_env']}")
+        for agent, prefix in MINIGRID_PAPER_AGENTS.items():
+            train, test = float(rec[f"{prefix}_train"]), float(rec[f"{prefix}_test"])
+            rows += [
+                (pair.name, agent, "train_reward", train),
+                (pair.name, agent, "test_reward", test),
+                (pair.name, agent, "generalisation_ratio", test / train if train else float("nan")),
+            ]
+    return pd.DataFrame(rows, columns=["env", "agent", "metric", "paper"])

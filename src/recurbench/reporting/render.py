@@ -1,0 +1,190 @@
+"""Rendering a :class:`~recurbench.reporting.compare.Comparison` as text: a terminal table (rich),
+Markdown, CSV or LaTeX. Missing values print as ``—`` (``n/a`` in LaTeX, empty in CSV), never as a
+number.
+
+A cell reads ``mean ± std (n=k)``; beside the paper: ``mean ± std (n=k); paper p; Δ ours−paper``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import pandas as pd
+
+from recurbench.errors import ConfigError
+from recurbench.reporting.compare import Comparison
+
+FORMATS = ("table", "markdown", "csv", "latex")
+MISSING = "—"
+_METRIC_LABELS = {
+    "mse": "MSE",
+    "mae": "MAE",
+    "train_reward": "train reward",
+    "test_reward": "test reward",
+    "generalisation_ratio": "test/train",
+}
+
+
+@dataclass(frozen=True)
+class TextTable:
+    """A titled table of strings: ``frame``'s index columns are ordinary columns already."""
+
+    title: str
+    frame: pd.DataFrame
+
+
+def _num(x: Any, digits: int = 3, signed: bool = False) -> str:
+    if x is None or (isinstance(x, float) and math.isnan(x)):
+        return MISSING
+    return f"{x:+.{digits}f}" if signed else f"{x:.{digits}f}"
+
+
+def format_cell(row: pd.Series, *, reference: bool, sep: str) -> str:
+    """``mean ± std (n=k)``, with the paper's value and the difference when ``reference``."""
+    if row["n"] == 0 or math.isnan(row["mean"]):
+        ours = MISSING
+    elif math.isnan(row["std"]):
+        ours = f"{_num(row['mean'])} (n={row['n']})"
+    else:
+        ours = f"{_num(row['mean'])} ± {_num(row['std'])} (n={row['n']})"
+    if not reference:
+        return ours
+    return sep.join([ours, f"paper {_num(row.get('paper'))}", f"Δ {_num(row.get('diff'), signed=True)}"])
+
+
+def _iqm_text(row: pd.Series) -> str:
+    if "iqm" not in row or math.isnan(row["iqm"]):
+        return MISSING
+    return f"{_num(row['iqm'])} [{_num(row['iqm_lo'])}, {_num(row['iqm_hi'])}]"
+
+
+def text_tables(comp: Comparison, *, sep: str = "; ") -> list[TextTable]:
+    """The comparison as titled string tables: the main table, then win counts or the aggregate IQM,
+    then the runs that did not finish."""
+    reference = comp.reference == "paper"
+    cells = comp.cells.copy()
+    cells["text"] = [format_cell(r, reference=reference, sep=sep) for _, r in cells.iterrows()]
+    label = f"{comp.experiment}" + (f" (profile {comp.profile})" if comp.profile else "")
+    tables: list[TextTable] = []
+    if comp.suite == "ltsf" and comp.default_layout:
+        cells["metric"] = cells["metric"].map(lambda m: _METRIC_LABELS.get(m, m))
+        wide = cells.pivot_table(index=["dataset", "horizon", "metric"], columns="model", values="text", aggfunc="first", sort=False)
+        wide = wide[list(dict.fromkeys(cells["model"]))]
+        tables.append(TextTable(f"{label}: test MSE/MAE over seeds", wide.reset_index()))
+    else:
+        index = [k for k in comp.by]
+        cells["metric"] = cells["metric"].map(lambda m: _METRIC_LABELS.get(m, m))
+        metrics = list(dict.fromkeys(cells["metric"]))
+        wide = cells.pivot_table(index=index, columns="metric", values="text", aggfunc="first", sort=False)[metrics]
+        if "iqm" in cells:
+            iqm = cells.assign(iqm_text=[_iqm_text(r) for _, r in cells.iterrows()])
+            for metric in ("train reward", "test reward"):
+                sub = iqm[iqm["metric"] == metric].set_index(index)["iqm_text"]
+                if not sub.empty:
+                    wide[f"{metric} IQM [95% CI]"] = sub
+        tables.append(TextTable(f"{label}: mean over seeds", wide.reset_index()))
+    if comp.wins is not None:
+        rows = []
+        for w in comp.wins.to_dict("records"):
+            row = {"RSA vs baseline": f"{w['rsa']} vs {w['baseline']}", "ours": _ratio(w, "ours")}
+            if "paper_wins" in w:
+                row["paper, same cells"] = _ratio(w, "paper")
+                row["paper, all cells"] = _ratio(w, "paper_all")
+            rows.append(row)
+        tables.append(TextTable("cells where RSA ≤ baseline (MSE and MAE; ties count as wins, as in the paper)", pd.DataFrame(rows)))
+    if comp.aggregate is not None and len(comp.aggregate):
+        agg = comp.aggregate.copy()
+        agg["IQM [95% CI]"] = [_iqm_text(r) for _, r in agg.iterrows()]
+        agg["metric"] = agg["metric"].map(lambda m: _METRIC_LABELS.get(m, m))
+        tables.append(
+            TextTable(
+                "IQM over all env pairs with ≥ 3 seeds (stratified bootstrap)",
+                agg[["agent", "metric", "envs", "runs", "IQM [95% CI]"]].astype(str),
+            )
+        )
+    if len(comp.failed):
+        tables.append(TextTable("runs that did not finish (not in the aggregates)", comp.failed.drop(columns="run_id").fillna("").astype(str)))
+    return tables
+
+
+def _ratio(w: dict[str, Any], prefix: str) -> str:
+    text = f"{w[f'{prefix}_wins']}/{w[f'{prefix}_cells']}"
+    return text + (f" ({w[f'{prefix}_ties']} tied)" if w.get(f"{prefix}_ties") else "")
+
+
+def render(comp: Comparison, fmt: str) -> str:
+    """Markdown, CSV (the long-form cells, one row per group and metric) or LaTeX text."""
+    if fmt == "csv":
+        return comp.cells.to_csv(index=False, float_format="%.10g")  # no float noise like 0.6999999999999998
+    if fmt == "markdown":
+        parts = [f"### {t.title}\n\n{markdown_table(t.frame)}" for t in text_tables(comp)]
+        return "\n\n".join(parts + [f"*{n}*" for n in comp.notes]) + "\n"
+    if fmt == "latex":
+        return "\n".join(latex_table(t.frame, t.title) for t in text_tables(comp))
+    if fmt == "table":
+        raise ConfigError("format 'table' is rendered by rich_tables(), not as plain text")
+    raise ConfigError(f"unknown format {fmt!r}; choose one of: {', '.join(FORMATS)}")
+
+
+def rich_tables(comp: Comparison) -> list[Any]:
+    """rich renderables for the terminal (multi-line cells)."""
+    from rich.table import Table
+
+    out: list[Any] = []
+    for t in text_tables(comp, sep="\n"):
+        table = Table(title=t.title, show_lines=True)
+        for column in t.frame.columns:
+            table.add_column(str(column))
+        for row in t.frame.itertuples(index=False):
+            table.add_row(*(MISSING if _missing(v) else str(v) for v in row))
+        out.append(table)
+    out += [f"[dim]{n}[/dim]" for n in comp.notes]
+    return out
+
+
+def _missing(v: Any) -> bool:
+    return v is None or (isinstance(v, float) and math.isnan(v))
+
+
+def markdown_table(frame: pd.DataFrame) -> str:
+    def cell(v: Any) -> str:
+        return MISSING if _missing(v) else str(v).replace("|", "\\|").replace("\n", "<br>")
+
+    header = "| " + " | ".join(cell(c) for c in frame.columns) + " |"
+    rule = "|" + "|".join("---" for _ in frame.columns) + "|"
+    body = ["| " + " | ".join(cell(v) for v in row) + " |" for row in frame.itertuples(index=False)]
+    return "\n".join([header, rule, *body])
+
+
+_LATEX_ESCAPES = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_", "{": r"\{", "}": r"\}"}
+
+
+def _latex(v: Any) -> str:
+    if _missing(v) or v == MISSING:
+        return "n/a"
+    text = "".join(_LATEX_ESCAPES.get(ch, ch) for ch in str(v))
+    return (
+        text.replace("±", r"$\pm$").replace("Δ", r"$\Delta$").replace("≤", r"$\leq$").replace("≥", r"$\geq$")
+        .replace(MISSING, "n/a").replace("\n", "; ")
+    )
+
+
+def latex_table(frame: pd.DataFrame, caption: str) -> str:
+    """A booktabs ``table`` environment."""
+    lines = [
+        r"\begin{table}[ht]",
+        r"\centering",
+        rf"\caption{{{_latex(caption)}}}",
+        r"\begin{tabular}{" + "l" * len(frame.columns) + "}",
+        r"\toprule",
+        " & ".join(_latex(c) for c in frame.columns) + r" \\",
+        r"\midrule",
+        *(" & ".join(_latex(v) for v in row) + r" \\" for row in frame.itertuples(index=False)),
+        r"\bottomrule",
+        r"\end{tabular}",
+        r"\end{table}",
+        "",
+    ]
+    return "\n".join(lines)

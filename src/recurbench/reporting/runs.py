@@ -1,0 +1,215 @@
+"""Reading a suite's tracked runs back from MLflow.
+
+The suites log with the conventions of :mod:`recurbench.tracking`: one experiment per suite
+(``recurbench-<suite>``), a parent run per invocation (tag ``role=parent``) and a nested run per
+configuration and seed (tag ``mlflow.parentRunId``) carrying the tags ``profile``, ``seed`` and the
+suite's configuration keys (``dataset``/``horizon``/``model`` or ``env``/``agent``).
+
+Two choices decide which runs a comparison sees, and both are made here, once:
+
+* **profile** — runs of different profiles (``quick`` vs ``paper``) are never pooled. By default the
+  profile of the most recent parent run is used; ``profile="all"`` keeps every profile.
+* **one run per configuration and seed** — when the same configuration and seed were run more than
+  once, only the most recently started FINISHED run counts, so a re-run replaces rather than doubles
+  a seed.
+
+Runs that did not finish (FAILED, KILLED, still RUNNING) never enter an aggregate; they are returned
+separately so that a table can list them.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+from urllib.parse import unquote
+
+import pandas as pd
+
+from recurbench.errors import RecurbenchError
+from recurbench.tracking import experiment_name, resolve_tracking_uri
+
+PARENT_TAG = "mlflow.parentRunId"
+
+
+@dataclass(frozen=True)
+class RunRecord:
+    """One nested run as the comparison needs it (latest metric values, tags, params)."""
+
+    run_id: str
+    name: str
+    status: str
+    start_time: int
+    tags: dict[str, str]
+    params: dict[str, str]
+    metrics: dict[str, float]
+    parent_id: str | None
+
+    @property
+    def seed(self) -> int | None:
+        value = self.tags.get("seed", self.params.get("seed"))
+        try:
+            return int(value) if value is not None else None
+        except ValueError:
+            return None
+
+
+@dataclass
+class SuiteRuns:
+    """The runs of one suite experiment that a comparison or report uses."""
+
+    suite: str
+    experiment: str
+    tracking_uri: str
+    profile: str | None
+    """The profile kept (``None`` when runs carry no profile tag or all profiles were kept)."""
+    finished: list[RunRecord]
+    unfinished: list[RunRecord]
+    """Nested runs that are FAILED, KILLED or still RUNNING, newest first."""
+    superseded: int = 0
+    """Finished runs dropped because a later run of the same configuration and seed exists."""
+    latest_parent_id: str | None = None
+    notes: list[str] = field(default_factory=list)
+
+    @cached_property
+    def client(self) -> Any:
+        from mlflow.tracking import MlflowClient
+
+        return MlflowClient(tracking_uri=self.tracking_uri)
+
+    def metric_history(self, run_id: str, key: str) -> pd.DataFrame:
+        """``step``, ``value`` of one metric over a run, sorted by step (empty if never logged)."""
+        history = self.client.get_metric_history(run_id, key)
+        frame = pd.DataFrame([(m.step, m.timestamp, m.value) for m in history], columns=["step", "timestamp", "value"])
+        # A metric logged twice at one step keeps its last value.
+        frame = frame.sort_values(["step", "timestamp"]).drop_duplicates("step", keep="last")
+        return frame[["step", "value"]].reset_index(drop=True)
+
+    def artifact_paths(self, run_id: str) -> list[str]:
+        """Every artifact file of a run (recursively), as paths relative to the run's artifact root."""
+        out: list[str] = []
+        stack: list[str | None] = [None]
+        while stack:
+            for info in self.client.list_artifacts(run_id, stack.pop()):
+                (stack.append(info.path) if info.is_dir else out.append(info.path))
+        return sorted(out)
+
+    def download_artifact(self, run_id: str, path: str, dst: str | os.PathLike[str] | None = None) -> Path:
+        dst = dst or tempfile.mkdtemp(prefix="recurbench-artifact-")
+        os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")  # no bars in reports/tests
+        return Path(self.client.download_artifacts(run_id, path, str(dst)))
+
+
+def open_client(tracking_uri: str | None) -> tuple[Any, str]:
+    """An MLflow client for ``tracking_uri`` (or the default store), refusing to create a new sqlite
+    database as a side effect of reading."""
+    from mlflow.tracking import MlflowClient
+
+    uri = resolve_tracking_uri(tracking_uri)
+    if uri.startswith("sqlite:///"):
+        path = Path(unquote(uri[len("sqlite:///") :].split("?", 1)[0]))  # sqlite:////abs or sqlite:///relative
+        if not path.is_file():
+            raise RecurbenchError(
+                f"no MLflow store at {path} (tracking URI {uri}); run a suite first "
+                "(`recurbench run SUITE`) or point --tracking-uri / MLFLOW_TRACKING_URI at your store"
+            )
+    return MlflowClient(tracking_uri=uri), uri
+
+
+def _record(run: Any) -> RunRecord:
+    return RunRecord(
+        run_id=run.info.run_id,
+        name=run.info.run_name or run.data.tags.get("mlflow.runName", run.info.run_id),
+        status=run.info.status,
+        start_time=int(run.info.start_time or 0),
+        tags=dict(run.data.tags),
+        params=dict(run.data.params),
+        metrics=dict(run.data.metrics),
+        parent_id=run.data.tags.get(PARENT_TAG),
+    )
+
+
+def _search_all(client: Any, experiment_id: str) -> list[Any]:
+    runs: list[Any] = []
+    token = None
+    while True:
+        page = client.search_runs([experiment_id], max_results=1000, order_by=["attributes.start_time DESC"], page_token=token)
+        runs.extend(page)
+        token = page.token
+        if not token:
+            return runs
+
+
+def load_runs(
+    suite: str,
+    config_keys: Sequence[str],
+    *,
+    tracking_uri: str | None = None,
+    experiment: str | None = None,
+    profile: str | None = None,
+) -> SuiteRuns:
+    """The finished and unfinished nested runs of ``suite`` (see the module docstring for which).
+
+    ``config_keys`` are the tags that identify a configuration (seed excluded); they decide which
+    runs supersede one another.
+    """
+    client, uri = open_client(tracking_uri)
+    name = experiment or experiment_name(suite)
+    found = client.get_experiment_by_name(name)
+    if found is None:
+        known = sorted(e.name for e in client.search_experiments())
+        raise RecurbenchError(
+            f"no experiment {name!r} in the MLflow store {uri}; experiments there: {', '.join(known) or 'none'}"
+        )
+    runs = [_record(r) for r in _search_all(client, found.experiment_id)]  # newest first
+    parents = [r for r in runs if r.tags.get("role") == "parent"]
+    nested = [r for r in runs if r.tags.get("role") != "parent"]
+    if not nested:
+        raise RecurbenchError(f"experiment {name!r} in {uri} has no runs to compare")
+
+    notes: list[str] = []
+    profiles = sorted({r.tags["profile"] for r in nested if "profile" in r.tags})
+    if profile is None and profiles:
+        latest = next((p.tags["profile"] for p in parents if "profile" in p.tags), None)
+        profile = latest if latest in profiles else next(r.tags["profile"] for r in nested if "profile" in r.tags)
+        if len(profiles) > 1:
+            others = ", ".join(p for p in profiles if p != profile)
+            notes.append(f"profile {profile!r} (most recent); runs of other profiles not shown: {others}")
+    elif profile == "all":
+        profile = None
+    elif profile is not None and profile not in profiles:
+        raise RecurbenchError(
+            f"experiment {name!r} has no runs of profile {profile!r}; profiles there: {', '.join(profiles) or 'none'}"
+        )
+    if profile is not None:
+        nested = [r for r in nested if r.tags.get("profile") == profile]
+        parents = [p for p in parents if p.tags.get("profile") == profile]
+
+    finished: list[RunRecord] = []
+    seen: set[tuple[Any, ...]] = set()
+    superseded = 0
+    for r in (r for r in nested if r.status == "FINISHED"):  # newest first: the first one of a key wins
+        key = (*(r.tags.get(k) for k in config_keys), r.seed if r.seed is not None else r.run_id)
+        if key in seen:
+            superseded += 1
+            continue
+        seen.add(key)
+        finished.append(r)
+    if superseded:
+        notes.append(f"{superseded} older finished run(s) superseded by a later run of the same configuration and seed")
+    unfinished = [r for r in nested if r.status != "FINISHED"]
+    return SuiteRuns(
+        suite=suite,
+        experiment=name,
+        tracking_uri=uri,
+        profile=profile,
+        finished=finished[::-1],  # oldest first reads naturally in tables and legends
+        unfinished=unfinished,
+        superseded=superseded,
+        latest_parent_id=parents[0].run_id if parents else None,
+        notes=notes,
+    )

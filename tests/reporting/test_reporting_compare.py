@@ -1,0 +1,175 @@
+"""compare(): aggregates over seeds checked against values computed by hand from the fixture store
+(see conftest.py for the table of logged values)."""
+
+from __future__ import annotations
+
+import io
+import math
+
+import pandas as pd
+import pytest
+from typer.testing import CliRunner
+
+from recurbench.errors import ConfigError, RecurbenchError
+from recurbench.reporting import compare, render
+from recurbench.reporting.reference import ltsf_reference, minigrid_reference
+from recurbench.reporting.stats import iqm, iqm_ci
+
+
+def cell(comp, metric, **keys):
+    sub = comp.cells[comp.cells["metric"] == metric]
+    for k, v in keys.items():
+        sub = sub[sub[k] == v]
+    assert len(sub) == 1, f"expected one cell for {keys} {metric}, got {len(sub)}"
+    return sub.iloc[0]
+
+
+@pytest.fixture(scope="module")
+def ltsf(store):
+    return compare("ltsf", tracking_uri=store.uri)
+
+
+@pytest.fixture(scope="module")
+def minigrid(store):
+    return compare("minigrid", tracking_uri=store.uri)
+
+
+def test_ltsf_mean_std_n_over_seeds(ltsf):
+    c = cell(ltsf, "mse", dataset="ETTh1", horizon=24, model="informer")
+    # seeds 0,1,2: 0.6, 0.7, 0.8 — the superseded seed-0 run (5.0) and the paper-profile run (9.9) excluded
+    assert (c["mean"], c["std"], c["n"]) == (pytest.approx(0.7), pytest.approx(0.1), 3)
+    c = cell(ltsf, "mae", dataset="ETTh1", horizon=24, model="rsa_informer")
+    assert (c["mean"], c["std"], c["n"]) == (pytest.approx(0.46), pytest.approx(math.sqrt(0.0002)), 2)
+    c = cell(ltsf, "mse", dataset="ETTh1", horizon=48, model="informer")
+    assert c["mean"] == pytest.approx(1.1) and c["n"] == 1 and math.isnan(c["std"])
+    assert ltsf.profile == "quick"
+    assert any("superseded" in n for n in ltsf.notes) and any("paper" in n for n in ltsf.notes)
+
+
+def test_ltsf_paper_values_and_difference(ltsf):
+    c = cell(ltsf, "mse", dataset="ETTh1", horizon=24, model="rsa_informer")
+    assert c["paper"] == 0.414 and c["paper_std"] == 0.014  # RSA paper Table 1, ETTh1-24 RSA-Informer
+    assert c["diff"] == pytest.approx(0.42 - 0.414)
+
+
+def test_missing_cells_stay_missing(ltsf, minigrid):
+    xl = cell(ltsf, "mse", dataset="ETTh1", horizon=24, model="xl")  # never run
+    assert xl["n"] == 0 and math.isnan(xl["mean"]) and math.isnan(xl["diff"]) and xl["paper"] == 0.514
+    assert set(ltsf.cells["model"]) == {"informer", "rsa_informer", "logsparse", "rsa_logsparse", "xl", "rsa_xl"}
+    assert len(ltsf.cells) == 2 * 6 * 2  # two settings x six models x MSE/MAE, nothing dropped
+    md = render(ltsf, "markdown")
+    assert "| —; paper 0.514; Δ — |" in md
+    mem = cell(minigrid, "test_reward", env="Memory", agent="memlstm")  # its only run failed
+    assert mem["n"] == 0 and math.isnan(mem["mean"]) and mem["paper"] == 0.24
+    lstm = cell(minigrid, "train_reward", env="DoorKey", agent="lstm")  # no LSTM column in the paper
+    assert math.isnan(lstm["paper"]) and lstm["mean"] == pytest.approx(0.875)
+    assert set(minigrid.cells["env"]) == {"DoorKey", "Memory"}  # env pairs never run are not invented
+
+
+def test_failed_runs_are_listed_not_aggregated(ltsf, minigrid):
+    assert ltsf.failed[["name", "status", "model", "seed"]].values.tolist() == [["ETTh1-24-rsa_informer-s2", "FAILED", "rsa_informer", 2]]
+    assert ltsf.failed["error"].iloc[0] == "RuntimeError: out of memory"
+    assert cell(ltsf, "mse", dataset="ETTh1", horizon=24, model="rsa_informer")["n"] == 2
+    assert minigrid.failed["error"].tolist() == ["RuntimeError: env exploded"]
+    assert "runs that did not finish" in render(ltsf, "markdown")
+
+
+def test_ltsf_win_counts(ltsf):
+    wins = ltsf.wins.set_index("baseline")
+    # ours: informer pair wins all four cells; rsa_logsparse wins MSE (0.9 <= 1.0), loses MAE (0.85 > 0.8); no xl run
+    assert wins.loc["informer", ["ours_wins", "ours_cells"]].tolist() == [4, 4]
+    assert wins.loc["logsparse", ["ours_wins", "ours_cells"]].tolist() == [1, 2]
+    assert wins.loc["xl", ["ours_wins", "ours_cells"]].tolist() == [0, 0]
+    assert wins.loc["logsparse", ["paper_wins", "paper_cells"]].tolist() == [2, 2]
+    # the paper's own counts over its whole table: 28/32, 31/32, 24/32 (XL with one tie, ETTm1-288 MAE)
+    assert wins["paper_all_wins"].tolist() == [28, 31, 24] and wins["paper_all_cells"].tolist() == [32, 32, 32]
+    assert wins.loc["xl", "paper_all_ties"] == 1
+
+
+def test_paper_counts_recomputed_from_the_shipped_csv():
+    ref = ltsf_reference().pivot_table(index=["dataset", "horizon", "metric"], columns="model", values="paper_mean")
+    assert len(ref) == 32
+    assert int((ref["rsa_informer"] <= ref["informer"]).sum()) == 28
+    assert int((ref["rsa_logsparse"] <= ref["logsparse"]).sum()) == 31
+    assert int((ref["rsa_xl"] <= ref["xl"]).sum()) == 24 and int((ref["rsa_xl"] < ref["xl"]).sum()) == 23
+    mg = minigrid_reference().set_index(["env", "agent", "metric"])["paper"]
+    assert mg[("DoorKey", "rellstm", "test_reward")] == 0.44 and mg[("Memory", "memlstm", "train_reward")] == 0.40
+
+
+def test_minigrid_aggregates_and_iqm(minigrid):
+    c = cell(minigrid, "train_reward", env="DoorKey", agent="lstm")  # 0.9, 0.8, 0.95, 0.85
+    assert c["mean"] == pytest.approx(0.875) and c["std"] == pytest.approx(math.sqrt(0.0125 / 3)) and c["n"] == 4
+    assert c["iqm"] == pytest.approx((0.85 + 0.9) / 2)  # middle two of four
+    assert c["iqm_lo"] <= c["iqm"] <= c["iqm_hi"] and 0.8 <= c["iqm_lo"] and c["iqm_hi"] <= 0.95
+    ratio = cell(minigrid, "generalisation_ratio", env="DoorKey", agent="rellstm")  # not logged: test/train per run
+    assert ratio["mean"] == pytest.approx((0.5 / 0.9 + 0.3 / 0.9 + 0.4 / 0.96) / 3)
+    assert ratio["paper"] == pytest.approx(0.44 / 0.93)
+    assert math.isnan(cell(minigrid, "test_reward", env="DoorKey", agent="memlstm")["iqm"])  # one seed: no IQM
+    agg = minigrid.aggregate.set_index(["agent", "metric"])
+    rel = agg.loc[("rellstm", "test_reward")]
+    # pooled 0.5 0.3 0.4 | 0.2 0.3 0.1 -> drop one at each end -> mean(0.2, 0.3, 0.3, 0.4)
+    assert (rel["envs"], rel["runs"]) == (2, 6) and rel["iqm"] == pytest.approx(0.3)
+    assert 0.1 <= rel["iqm_lo"] <= 0.3 <= rel["iqm_hi"] <= 0.5
+
+
+def test_iqm_and_bootstrap():
+    assert iqm([100, 1, 2, 3, 4]) == pytest.approx(3.0)  # floor(5/4) = 1 dropped at each end
+    assert iqm([1, 2, 3]) == pytest.approx(2.0)  # nothing trimmed below four runs
+    assert iqm_ci([[0.4, 0.4, 0.4]]) == (pytest.approx(0.4),) * 3
+    assert iqm_ci([[0.1, 0.5, 0.9, 0.2]], seed=3) == iqm_ci([[0.1, 0.5, 0.9, 0.2]], seed=3)
+
+
+def test_by_profile_and_reference_options(store):
+    paper = compare("ltsf", tracking_uri=store.uri, profile="paper")
+    assert cell(paper, "mse", dataset="ETTh1", horizon=24, model="informer")["mean"] == pytest.approx(9.9)
+    by_model = compare("ltsf", tracking_uri=store.uri, by=["model"], reference="paper")
+    informer = cell(by_model, "mse", model="informer")  # ETTh1-24 seeds and ETTh1-48 pooled
+    assert informer["mean"] == pytest.approx((0.6 + 0.7 + 0.8 + 1.1) / 4) and informer["n"] == 4
+    assert "paper" not in by_model.cells and by_model.wins is None
+    plain = compare("ltsf", tracking_uri=store.uri, reference="none")
+    assert "paper" not in plain.cells and "paper" not in render(plain, "markdown").split("###")[1]
+
+
+def test_output_formats(ltsf):
+    csv = pd.read_csv(io.StringIO(render(ltsf, "csv")))
+    assert list(csv.columns) == ["dataset", "horizon", "model", "metric", "mean", "std", "n", "paper", "paper_std", "diff"]
+    assert csv["mean"].isna().sum() == ltsf.cells["mean"].isna().sum()  # missing stays empty, not 0
+    md = render(ltsf, "markdown")
+    assert "| ETTh1 | 24 | MSE | 0.700 ± 0.100 (n=3); paper 0.762; Δ -0.062 |" in md
+    assert "| rsa_informer vs informer | 4/4 | 4/4 | 28/32 |" in md
+    tex = render(ltsf, "latex")
+    assert r"\begin{tabular}" in tex and r"0.700 $\pm$ 0.100 (n=3)" in tex and "n/a" in tex
+    with pytest.raises(ConfigError, match="unknown format 'xml'"):
+        render(ltsf, "xml")
+
+
+def test_bad_input_errors(store, tmp_path):
+    with pytest.raises(ConfigError, match="unknown suite 'nope'"):
+        compare("nope", tracking_uri=store.uri)
+    with pytest.raises(ConfigError, match="unknown reference"):
+        compare("ltsf", tracking_uri=store.uri, reference="arxiv")
+    with pytest.raises(RecurbenchError, match="no MLflow store"):
+        compare("ltsf", tracking_uri=f"sqlite:///{tmp_path / 'none.db'}")
+    assert not (tmp_path / "none.db").exists()  # reading never creates a store
+    with pytest.raises(RecurbenchError, match="no experiment 'absent'.*recurbench-ltsf"):
+        compare("ltsf", tracking_uri=store.uri, experiment="absent")
+    from mlflow.tracking import MlflowClient
+
+    MlflowClient(store.uri).create_experiment("empty-exp", artifact_location=(tmp_path / "a").as_uri())
+    with pytest.raises(RecurbenchError, match="'empty-exp'.*has no runs"):
+        compare("ltsf", tracking_uri=store.uri, experiment="empty-exp")
+    with pytest.raises(RecurbenchError, match="no runs of profile 'huge'"):
+        compare("ltsf", tracking_uri=store.uri, profile="huge")
+
+
+def test_cli_compare(store):
+    from recurbench.cli import app
+
+    runner = CliRunner()
+    result = runner.invoke(app, ["compare", "ltsf", "--tracking-uri", store.uri, "--format", "csv"])
+    assert result.exit_code == 0, result.output
+    assert "ETTh1,24,informer,mse,0.7" in result.stdout
+    result = runner.invoke(app, ["compare", "minigrid", "--tracking-uri", store.uri])
+    assert result.exit_code == 0 and "DoorKey" in result.stdout and "FAILED" in result.stdout and "exploded" in result.stdout
+    result = runner.invoke(app, ["compare", "ltsf", "--tracking-uri", store.uri, "--format", "xml"])
+    assert isinstance(result.exception, ConfigError)

@@ -1,0 +1,94 @@
+"""write_report(): the files exist, embed or link every figure, and the figures reach MLflow;
+REM matrices match the paper's definitions entry by entry."""
+
+from __future__ import annotations
+
+import math
+import re
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from recurbench.errors import ConfigError
+from recurbench.reporting import write_report
+from recurbench.reporting.rem import RemHead, parse_rem_params, rem_matrix
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.fixture(scope="module")
+def ltsf_report(store, tmp_path_factory):
+    return write_report("ltsf", tmp_path_factory.mktemp("ltsf-report"), tracking_uri=store.uri)
+
+
+def test_ltsf_html_report_embeds_every_figure(ltsf_report):
+    names = {f.name for f in ltsf_report.figures}
+    assert {"ltsf_loss_curves", "ltsf_rem_gates", "ltsf_rem_rsa_informer", "ltsf_forecast_ETTh1_24"} <= names
+    for fig in ltsf_report.figures:
+        assert fig.path.read_bytes().startswith(PNG_MAGIC)
+    text = ltsf_report.path.read_text()
+    assert ltsf_report.path.name == "report.html"
+    assert text.count("src='data:image/png;base64,") == len(ltsf_report.figures)
+    assert "<img" in text and "src='figures/" not in text  # self-contained: nothing linked
+    assert "0.700 ± 0.100 (n=3)<br>paper 0.762<br>Δ -0.062" in text  # the comparison table
+    assert "RuntimeError: out of memory" in text  # failed run listed
+    # RSA-LogSparse and RSA-XL runs logged gates but no REM parameters: said, not failed
+    assert any("rsa_logsparse" in o for o in ltsf_report.omitted)
+
+
+def test_figures_logged_to_latest_parent_run(store, ltsf_report):
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(store.uri)
+    parents = client.search_runs(
+        [client.get_experiment_by_name("recurbench-ltsf").experiment_id],
+        filter_string="tags.role = 'parent'", order_by=["attributes.start_time DESC"],
+    )
+    assert ltsf_report.logged_to_run == parents[0].info.run_id and parents[0].data.tags["profile"] == "quick"
+    logged = {a.path for a in client.list_artifacts(ltsf_report.logged_to_run, "report")}
+    assert {f"report/{f.path.name}" for f in ltsf_report.figures} | {"report/report.html"} <= logged
+
+
+def test_minigrid_markdown_report_links_pngs(store, tmp_path):
+    report = write_report("minigrid", tmp_path, tracking_uri=store.uri, fmt="markdown", log_to_mlflow=False)
+    text = report.path.read_text()
+    links = re.findall(r"!\[[^\]]*\]\(([^)]+)\)", text)
+    assert links == ["figures/minigrid_learning_curves.png", "figures/minigrid_generalisation.png"]
+    for link in links:
+        assert (tmp_path / link).read_bytes().startswith(PNG_MAGIC)
+    assert "| DoorKey | rellstm | 0.920 ± 0.035 (n=3)<br>paper 0.930<br>Δ -0.010 |" in text
+    assert report.logged_to_run is None
+
+
+def test_cli_report_and_bad_format(store, tmp_path):
+    from recurbench.cli import app
+
+    result = CliRunner().invoke(app, ["report", "minigrid", "--out", str(tmp_path), "--tracking-uri", store.uri, "--no-log"])
+    assert result.exit_code == 0, result.output
+    assert (tmp_path / "report.html").is_file() and (tmp_path / "figures" / "minigrid_learning_curves.png").is_file()
+    with pytest.raises(ConfigError, match="unknown report format 'pdf'"):
+        write_report("minigrid", tmp_path, tracking_uri=store.uri, fmt="pdf")
+
+
+def test_rem_matrices_follow_the_paper():
+    lam, gamma, theta = -0.5, 0.9, math.pi / 3
+    reg = rem_matrix(RemHead("l", 0, "regular", lam=lam), 4)
+    expected = np.array([[0, 0, 0, 0], [lam, 0, 0, 0], [lam**2, lam, 0, 0], [lam**3, lam**2, lam, 0]])
+    np.testing.assert_allclose(reg, expected)
+    sin = rem_matrix(RemHead("l", 0, "cyclical_sin", gamma=gamma, theta=theta), 5)
+    assert sin[3, 1] == pytest.approx(gamma**2 * math.sin(2 * theta)) and sin[1, 3] == 0
+    cos = rem_matrix(RemHead("l", 0, "cyclical_cos", gamma=gamma, theta=theta), 5, masked=False)
+    assert cos[1, 4] == pytest.approx(gamma**3 * math.cos(3 * theta)) == pytest.approx(cos[4, 1])
+    dil = rem_matrix(RemHead("l", 0, "regular", lam=0.5, dilation=2), 6)  # k mod 2 == 0, exponent k/2
+    assert dil[2, 0] == pytest.approx(0.5) and dil[4, 0] == pytest.approx(0.25) and dil[1, 0] == 0 and dil[3, 0] == 0
+
+
+def test_rem_params_parallel_lists_with_kinds():
+    logged = {"encoder.0.self": {"kind": ["regular", "cos", "sin"], "lambda": [0.8, float("nan"), float("nan")],
+                                 "gamma": [float("nan"), 0.9, 0.9], "theta": [float("nan"), 0.5, 0.5], "dilation": [1, 24, 1]}}
+    heads = parse_rem_params(logged)
+    assert [(h.layer, h.head, h.kind, h.dilation) for h in heads] == [
+        ("encoder.0.self", 0, "regular", 1), ("encoder.0.self", 1, "cyclical_cos", 24), ("encoder.0.self", 2, "cyclical_sin", 1)
+    ]
+    assert heads[0].lam == 0.8 and heads[2].theta == 0.5
