@@ -269,10 +269,62 @@ def run_cmd(
 # ------------------------------------------------------------------------- not built yet (stubs)
 
 
-@app.command("tune", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
-def tune_cmd(suite: Annotated[str, typer.Argument()] = "") -> None:
-    """Optuna studies over REM head counts, dilations and memory sizes."""
-    raise NotBuiltError("`recurbench tune` (issue: Tuning) is not implemented yet")
+@app.command("tune")
+def tune_cmd(
+    suite: Annotated[str, typer.Argument(help="ltsf (REM heads of an RSA forecaster) or minigrid.")],
+    model: Annotated[str, typer.Option("--model", help="Model (ltsf: rsa_informer, rsa_logsparse, rsa_xl) or core.")],
+    trials: Annotated[int, typer.Option("--trials", help="Finished (complete or pruned) trials the study should hold.")],
+    dataset: Annotated[str | None, typer.Option("--dataset", help="LTSF dataset.")] = None,
+    horizon: Annotated[int | None, typer.Option("--horizon", help="LTSF horizon.")] = None,
+    env: Annotated[str | None, typer.Option("--env", help="MiniGrid env pair.")] = None,
+    profile: Annotated[str, typer.Option("--profile", "-p", help="Suite profile that sets the training budget.")] = "quick",
+    storage: Annotated[str | None, typer.Option("--storage", help="Optuna storage URL (default sqlite:///results/optuna.db; journal:PATH; postgresql://...).")] = None,
+    study_name: Annotated[str | None, typer.Option("--study-name", help="Study name; the same name resumes the study.")] = None,
+    workers: Annotated[int, typer.Option("--workers", help="Worker processes on this machine.")] = 1,
+    timeout: Annotated[float | None, typer.Option("--timeout", help="Seconds after which each worker stops starting trials.")] = None,
+    pruner: Annotated[str, typer.Option("--pruner", help="median | hyperband | none")] = "median",
+    seed: Annotated[int, typer.Option("--seed", help="Seed of the TPE sampler and of every trial's training.")] = 0,
+    tune_lr: Annotated[bool, typer.Option("--tune-lr", help="Also tune the learning rate.")] = False,
+    enqueue_paper: Annotated[bool, typer.Option("--enqueue-paper", help="Evaluate the profile's (paper's Table 5) head layout as the first trial.")] = False,
+    best_out: Annotated[str | None, typer.Option("--best-out", help="Write the best configuration as a suite YAML (profile 'tuned').")] = None,
+    tracking_uri: TrackingOpt = None,
+    data_dir: DataDirOpt = None,
+) -> None:
+    """Optuna studies over REM head counts, dilations and gate initialisation; resumable, multi-worker."""
+    if suite == "minigrid":
+        raise NotBuiltError("`recurbench tune minigrid` (nu, rho, window M, PPO settings) is not implemented yet")
+    if suite != "ltsf":
+        raise RecurbenchError(f"unknown suite {suite!r} for tune; choose ltsf or minigrid")
+    if dataset is None or horizon is None:
+        raise RecurbenchError("tune ltsf needs --dataset and --horizon")
+    from recurbench.tuning.objectives import LTSFObjective, write_best_ltsf_profile
+    from recurbench.tuning.study import StudySpec, default_study_name, load_study, run_study
+
+    objective = LTSFObjective(model, dataset, horizon, profile, data_dir, tune_lr, seed)
+    objective.job  # noqa: B018 - resolve (and validate) the suite job before any worker starts
+    spec = StudySpec(
+        study_name=study_name or default_study_name(suite, model, dataset, str(horizon), profile),
+        n_trials=trials, storage=storage, workers=workers, timeout=timeout, seed=seed, pruner=pruner,
+        tracking_uri=tracking_uri, tags={"suite": suite, "profile": profile, "model": model, "dataset": dataset, "horizon": str(horizon)},
+    )
+    if enqueue_paper:
+        study = load_study(spec, objective.direction)
+        params = objective.paper_params()
+        if params is None:
+            err_console.print("[yellow]the profile's head layout uses a dilation outside the candidates; not enqueued[/yellow]")
+        elif not study.get_trials(deepcopy=False):
+            study.enqueue_trial(params, user_attrs={"paper_configuration": True})
+    with console.status(f"study {spec.study_name}: {trials} trials on {workers} worker(s)"):
+        result = run_study(spec, objective)
+    console.print(_table(f"study {result.study_name}", ["key", "value"], [
+        ["storage", result.storage], ["trials", json.dumps(result.counts)], ["best trial", result.best_trial],
+        ["best validation loss", result.best_value], ["best params", json.dumps(result.best_params)],
+        ["recovered stale trials", result.recovered], ["MLflow parent run", result.parent_run_id],
+    ]))
+    if best_out and result.best_trial is not None:
+        study = load_study(spec, objective.direction)
+        write_best_ltsf_profile(objective, study.best_trial, best_out)
+        console.print(f"best configuration written to {best_out}: recurbench run ltsf --config {best_out} --profile tuned")
 
 
 @app.command("compare")

@@ -274,8 +274,10 @@ class MlflowTracker(Tracker):
                 self._experiments[experiment] = found.experiment_id
             else:
                 location = None
-                if self._default_store:
-                    location = (RESULTS_DIR / "mlartifacts" / experiment).resolve().as_uri()
+                if self.tracking_uri.startswith("sqlite:///"):
+                    # Artifacts beside the database (MLflow would otherwise use ./mlruns of the cwd).
+                    db = Path(self.tracking_uri.removeprefix("sqlite:///"))
+                    location = (db.parent / "mlartifacts" / experiment).resolve().as_uri()
                 try:
                     self._experiments[experiment] = self.client.create_experiment(
                         experiment, artifact_location=location

@@ -1,0 +1,155 @@
+"""Study objectives. Each is a small picklable dataclass (workers are spawned processes) that resolves
+its suite job lazily, inside the worker.
+
+``LTSFObjective`` tunes an RSA forecaster's REM heads (k1..k6, dilations), its gate initialisation
+and optionally the learning rate, on the *validation* loss (the test split is never touched while
+tuning), reporting the validation loss every epoch so the pruner can stop bad trials.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from functools import cached_property
+from typing import Any
+
+import optuna
+
+from recurbench.errors import ConfigError
+from recurbench.tracking import RunHandle
+from recurbench.tuning.spaces import dilation_candidates, seasonal_periods, suggest_rem_heads
+from recurbench.tuning.study import Objective
+
+
+@dataclass
+class LTSFObjective(Objective):
+    model: str
+    dataset: str
+    horizon: int
+    profile: str = "quick"
+    data_dir: str | None = None
+    tune_lr: bool = False
+    seed: int = 0
+
+    suite = "ltsf"
+    direction = "minimize"
+
+    @cached_property
+    def job(self) -> Any:
+        from recurbench.forecasters.models import ARCHITECTURES
+        from recurbench.suites.runner import load_profile
+
+        if self.model not in ARCHITECTURES or not ARCHITECTURES[self.model].rsa:
+            rsa = [name for name, arch in ARCHITECTURES.items() if arch.rsa]
+            raise ConfigError(f"--model {self.model!r}: REM heads can only be tuned for RSA models ({', '.join(rsa)})")
+        definition, cfg = load_profile("ltsf", self.profile)
+        plans = definition.plan(
+            cfg, {"datasets": [self.dataset], "horizons": [str(self.horizon)], "models": [self.model], "seeds": 1},
+            data_dir=self.data_dir,
+        )
+        return plans[0].payload
+
+    @cached_property
+    def data(self) -> Any:
+        from recurbench.data import prepare
+
+        return prepare(self.dataset, self.job.window, self.data_dir)
+
+    @cached_property
+    def dilations(self) -> list[int]:
+        periods = seasonal_periods(self.data.train.data, self.data.series.step)
+        return dilation_candidates(periods, self.job.window.seq_len)
+
+    def describe(self) -> dict[str, Any]:
+        return {"model": self.model, "dataset": self.dataset, "horizon": self.horizon, "profile": self.profile,
+                "dilation_candidates": self.dilations, "tune_lr": self.tune_lr}
+
+    def paper_params(self) -> dict[str, Any] | None:
+        """The profile's own (Table 5) head layout as trial parameters, to enqueue as a baseline trial.
+
+        None when a dilation of that layout is not among this study's candidates."""
+        rsa = self.job.network.rsa
+        k1, k2, _k3, k4, k5, _k6 = rsa.k
+        regular, pairs = k1 + k4, k2 + k5
+        if any(d not in self.dilations for d in rsa.dilations):
+            return None
+        params: dict[str, Any] = {"cyclical_pairs": pairs, "dilated_regular_fraction": k4 / regular if regular else 0.0,
+                                  "gate_init": rsa.gate_init}
+        if pairs:
+            params["dilated_pairs_fraction"] = k5 / pairs
+        params.update({f"dilation_{i}": d for i, d in enumerate(rsa.dilations)})
+        if self.tune_lr:
+            params["learning_rate"] = self.job.training.learning_rate
+        return params
+
+    def __call__(self, trial: optuna.Trial, run: RunHandle) -> float:
+        import torch
+
+        from recurbench.forecasters.models import build_network
+        from recurbench.forecasters.training import train
+        from recurbench.seeding import seed_everything
+
+        job = self.job
+        n_heads = job.network.n_heads
+        choice = suggest_rem_heads(trial, n_heads, self.dilations)
+        rsa = dataclasses.replace(job.network.rsa, k=choice.k, dilations=choice.dilations, gate_init=choice.gate_init)
+        network_cfg = job.network.with_(rsa=rsa)
+        network_cfg.check()
+        training = job.training
+        if self.tune_lr:
+            training = dataclasses.replace(training, learning_rate=trial.suggest_float("learning_rate", 1e-5, 1e-3, log=True))
+        run.log_params({"k": list(choice.k), "dilations": list(choice.dilations), "gate_init": choice.gate_init,
+                        "learning_rate": training.learning_rate})
+        trial.set_user_attr("k", list(choice.k))
+        trial.set_user_attr("dilations", list(choice.dilations))
+        seed_everything(self.seed)
+        torch.set_num_threads(1)
+        network = build_network(self.model, network_cfg)
+
+        def on_epoch(record: Any) -> None:
+            run.log_metrics({"train_loss": record.train_loss}, step=record.epoch)
+            self.report(trial, run, float(record.val_loss), record.epoch, "val_loss")
+
+        result = train(network, self.data.train.dataset(), self.data.val.dataset(), job.window.pred_len, training,
+                       on_epoch=on_epoch)
+        return float(result.best_val_loss)
+
+
+def write_best_ltsf_profile(objective: LTSFObjective, best: optuna.trial.FrozenTrial, path: str, profile_name: str = "tuned") -> None:
+    """Write a suite file holding the study's profile narrowed to its dataset/horizon/model, with the
+    best trial's REM heads, gate initialisation (and learning rate): ``recurbench run ltsf --config
+    PATH --profile tuned`` trains it. Written to a temporary file first, then moved into place."""
+    import os
+    import tempfile
+    from pathlib import Path
+
+    import yaml
+
+    from recurbench.config import read_yaml
+    from recurbench.suites.runner import suite_file
+
+    raw = read_yaml(suite_file("ltsf"))
+    base = dict(raw["profiles"][objective.profile])
+    tuned: dict[str, Any] = {
+        **base,
+        "datasets": [objective.dataset],
+        "horizons": {objective.dataset: [objective.horizon]},
+        "models": [objective.model],
+        "model": {**base.get("model", {}), "gate_init": float(best.params["gate_init"])},
+        "rem_heads": {objective.dataset: {objective.horizon: {objective.model: {
+            "k": list(best.user_attrs["k"]), "dilations": list(best.user_attrs["dilations"])}}}},
+    }
+    if "learning_rate" in best.params:
+        tuned["training"] = {**base.get("training", {}), "learning_rate": float(best.params["learning_rate"])}
+    doc = {
+        "suite": "ltsf",
+        "description": f"Best trial {best.number} (validation loss {best.value:.6g}) of an Optuna study on "
+        f"{objective.model} / {objective.dataset} / horizon {objective.horizon} (profile {objective.profile}).",
+        "profiles": {profile_name: tuned},
+    }
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=target.parent, suffix=".yaml.part")
+    with os.fdopen(fd, "w") as fh:
+        yaml.safe_dump(doc, fh, sort_keys=False)
+    os.replace(tmp, target)

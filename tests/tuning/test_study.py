@@ -1,0 +1,133 @@
+"""Studies: workers share one study, a killed study resumes without losing or repeating trials,
+a NaN prunes instead of crashing, MLflow gets a parent run and a nested run per trial."""
+
+from __future__ import annotations
+
+import math
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from dataclasses import dataclass
+
+import pytest
+from optuna.trial import TrialState
+
+from recurbench.tracking import MemoryTracker, MlflowTracker
+from recurbench.tuning.study import Objective, StudySpec, load_study, run_study
+
+
+@dataclass
+class Quadratic(Objective):
+    """(x - 2)^2 reported over a few steps; x > 4 diverges (NaN)."""
+
+    sleep: float = 0.0
+    suite = "toy"
+
+    def __call__(self, trial, run):
+        x = trial.suggest_float("x", -5, 6)
+        for step in range(3):
+            time.sleep(self.sleep)
+            value = math.nan if x > 4 else (x - 2) ** 2 + 1.0 / (step + 1)
+            self.report(trial, run, value, step)
+        return (x - 2) ** 2
+
+
+def _states(spec):
+    trials = load_study(spec, "minimize").get_trials(deepcopy=False)
+    return {s: [t for t in trials if t.state == s] for s in TrialState}
+
+
+def test_a_study_runs_to_n_finished_trials_prunes_nan_and_tracks_each_trial(tmp_path):
+    tracker = MemoryTracker()
+    spec = StudySpec("quad", 12, storage=f"sqlite:///{tmp_path / 'o.db'}", seed=1)
+    result = run_study(spec, Quadratic(), tracker)
+    states = _states(spec)
+    assert len(states[TrialState.COMPLETE]) + len(states[TrialState.PRUNED]) == 12
+    assert not states[TrialState.FAIL]
+    diverged = [t for t in states[TrialState.PRUNED] if t.params["x"] > 4]
+    assert all(t.state == TrialState.PRUNED for t in diverged)
+    assert result.best_value == min(t.value for t in states[TrialState.COMPLETE])
+    parent, *trials = tracker.runs
+    assert parent.tags["role"] == "study" and len(trials) == 12
+    assert all(t.parent_id == parent.run_id and t.status == "FINISHED" for t in trials)
+    assert {t.tags["state"] for t in trials} <= {"COMPLETE", "PRUNED"}
+    assert "best_trial.json" in parent.artifacts
+    assert "optuna/optimization_history.png" in parent.artifacts
+    # Running the same study again adds nothing: it already holds 12 finished trials.
+    again = run_study(spec, Quadratic(), MemoryTracker())
+    assert sum(again.counts[s] for s in ("complete", "pruned")) == 12
+
+
+def test_two_worker_processes_share_one_study(tmp_path):
+    spec = StudySpec(
+        "quad2", 8, storage=f"journal:{tmp_path / 'journal.log'}", workers=2, seed=2,
+        tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}",
+    )
+    run_study(spec, Quadratic(sleep=0.05))
+    states = _states(spec)
+    finished = states[TrialState.COMPLETE] + states[TrialState.PRUNED]
+    assert 8 <= len(finished) <= 9  # at most workers - 1 extra trials in flight at the stop
+    assert len({t.number for t in finished}) == len(finished)
+    client = MlflowTracker(spec.tracking_uri).client
+    exp = client.get_experiment_by_name("recurbench-toy")
+    runs = client.search_runs([exp.experiment_id])
+    workers = {r.data.tags.get("worker") for r in runs if r.data.tags.get("role") == "trial"}
+    assert workers == {"0", "1"}
+
+
+def test_a_killed_study_resumes_without_losing_or_repeating_trials(tmp_path):
+    journal = tmp_path / "journal.log"
+    spec = StudySpec("killed", 6, storage=f"journal:{journal}", seed=3)
+    script = textwrap.dedent(
+        f"""
+        import sys; sys.path.insert(0, {os.path.dirname(__file__)!r})
+        from test_study import Quadratic
+        from recurbench.tracking import MemoryTracker
+        from recurbench.tuning.study import StudySpec, run_study
+        run_study(StudySpec("killed", 6, storage={spec.storage!r}, seed=3), Quadratic(sleep=0.4), MemoryTracker())
+        """
+    )
+    proc = subprocess.Popen([sys.executable, "-c", script])
+    try:
+        deadline = time.time() + 120
+        while time.time() < deadline:
+            time.sleep(0.3)
+            if journal.exists():
+                states = _states(spec)
+                if len(states[TrialState.COMPLETE]) + len(states[TrialState.PRUNED]) >= 2 and states[TrialState.RUNNING]:
+                    break
+        else:
+            pytest.fail("the study did not get going")
+    finally:
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
+    before = _states(spec)
+    finished_before = {t.number: t.value for t in before[TrialState.COMPLETE] + before[TrialState.PRUNED]}
+    (stale,) = before[TrialState.RUNNING]
+
+    result = run_study(spec, Quadratic(), MemoryTracker())
+    after = _states(spec)
+    assert result.recovered == [stale.number]
+    assert [t.number for t in after[TrialState.FAIL]] == [stale.number]
+    finished = after[TrialState.COMPLETE] + after[TrialState.PRUNED]
+    assert len(finished) == 6
+    # Nothing finished before the kill was lost or run again.
+    assert {n: v for n, v in ((t.number, t.value) for t in finished) if n in finished_before} == finished_before
+    retried = [t for t in finished if t.user_attrs.get("retried_from") == stale.number]
+    assert len(retried) == 1 and retried[0].params == stale.params
+
+
+def test_bad_specs_are_refused():
+    from recurbench.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="--trials must be at least 1"):
+        StudySpec("s", 0)
+    with pytest.raises(ConfigError, match="unknown pruner 'fast'"):
+        StudySpec("s", 3, pruner="fast")
+    with pytest.raises(ConfigError, match="cannot open Optuna storage"):
+        run_study(StudySpec("s", 1, storage="postgresql://nobody@127.0.0.1:1/none"), Quadratic(), MemoryTracker())
+
+
