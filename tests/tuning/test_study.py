@@ -71,6 +71,8 @@ def test_two_worker_processes_share_one_study(tmp_path):
     finished = states[TrialState.COMPLETE] + states[TrialState.PRUNED]
     assert 8 <= len(finished) <= 9  # at most workers - 1 extra trials in flight at the stop
     assert len({t.number for t in finished}) == len(finished)
+    # Workers seed their samplers apart: no start-up proposal is made twice.
+    assert len({t.params["x"] for t in finished}) == len(finished)
     client = MlflowTracker(spec.tracking_uri).client
     exp = client.get_experiment_by_name("recurbench-toy")
     runs = client.search_runs([exp.experiment_id])

@@ -137,11 +137,13 @@ def recover_stale_trials(study: optuna.Study, max_retry: int) -> list[int]:
     return failed
 
 
-def load_study(spec: StudySpec, direction: str) -> optuna.Study:
+def load_study(spec: StudySpec, direction: str, worker: int = 0) -> optuna.Study:
+    # Each worker seeds its sampler differently: with one seed, W workers would propose the same
+    # start-up trials W times.
     return optuna.create_study(
         study_name=spec.study_name,
         storage=make_storage(spec.storage, spec.max_retry),
-        sampler=optuna.samplers.TPESampler(seed=spec.seed, multivariate=True, group=True),
+        sampler=optuna.samplers.TPESampler(seed=spec.seed + 1000 * worker, multivariate=True, group=True),
         pruner=PRUNERS[spec.pruner](),
         direction=direction,
         load_if_exists=True,
@@ -195,7 +197,7 @@ def _trial_fn(objective: Objective, tracker: Tracker, parent_id: str, tags: dict
 
 def _worker(spec: StudySpec, objective: Objective, parent_id: str, worker: int, tracker: Tracker | None = None) -> None:
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    study = load_study(spec, objective.direction)
+    study = load_study(spec, objective.direction, worker)
     tracker = tracker or make_tracker(spec.tracking_uri)
     tags = {**spec.tags, "worker": str(worker)}
     remaining = spec.n_trials - len(study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED)))
