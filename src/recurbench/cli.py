@@ -395,10 +395,41 @@ def bench_forecast_cmd() -> None:
     raise NotBuiltError("`recurbench bench forecast` (issue: Forecasters) is not implemented yet")
 
 
-@bench_app.command("rl", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
-def bench_rl_cmd() -> None:
+@bench_app.command("rl")
+def bench_rl_cmd(
+    cores: Annotated[list[str] | None, typer.Option("--cores", help="Memory cores (default: all).")] = None,
+    total_steps: Annotated[int, typer.Option("--total-steps", help="Env steps timed per agent (after one warm-up rollout).")] = 16384,
+    env_id: Annotated[str, typer.Option("--env", help="MiniGrid env id.")] = "MiniGrid-DoorKey-5x5-v0",
+    n_envs: Annotated[int, typer.Option("--n-envs")] = 8,
+    n_steps: Annotated[int, typer.Option("--n-steps")] = 128,
+    batch_size: Annotated[int, typer.Option("--batch-size")] = 256,
+    n_epochs: Annotated[int, typer.Option("--n-epochs")] = 4,
+    hidden_size: Annotated[int, typer.Option("--hidden-size", help="LSTM width, ours and sb3-contrib's.")] = 64,
+    threads: Annotated[int, typer.Option("--threads", help="torch threads.")] = 1,
+    no_peer: Annotated[bool, typer.Option("--no-sb3-contrib", help="Skip sb3-contrib's RecurrentPPO.")] = False,
+    as_json: JsonOpt = False,
+) -> None:
     """PPO training steps per second per memory core, next to sb3-contrib's RecurrentPPO."""
-    raise NotBuiltError("`recurbench bench rl` (issue: Agents) is not implemented yet")
+    from recurbench.agents import CORES
+    from recurbench.agents.bench import BenchSettings, bench_rl
+    from recurbench.config import check_names
+
+    chosen = _split_csv(cores) or list(CORES)
+    check_names(chosen, CORES, "memory core", "--cores")
+    if total_steps < 1:
+        raise RecurbenchError(f"--total-steps must be at least 1, got {total_steps}")
+    settings = BenchSettings(env_id=env_id, n_envs=n_envs, n_steps=n_steps, batch_size=batch_size, n_epochs=n_epochs,
+                             total_steps=total_steps, hidden_size=hidden_size, threads=threads)
+    with console.status("benchmarking") as status:
+        result = bench_rl(chosen, settings, include_sb3_contrib=not no_peer,
+                          progress=lambda what: status.update(f"benchmarking {what}"))
+    if as_json:
+        return _print_json(result)
+    peer = result.get("fps_sb3_contrib")
+    rows = [[core, f"{fps:.0f}", f"{result['ratio'][core]:.2f}x" if peer else "-"] for core, fps in result["fps"].items()]
+    if peer:
+        rows.append(["sb3-contrib RecurrentPPO (LSTM)", f"{peer:.0f}", "1.00x"])
+    console.print(_table(f"PPO training steps/s on {env_id} ({n_envs} envs x {n_steps} steps)", ["agent", "steps/s", "vs sb3-contrib"], rows))
 
 
 if __name__ == "__main__":

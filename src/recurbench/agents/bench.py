@@ -1,0 +1,72 @@
+"""Training throughput of recurrent PPO per memory core, next to sb3-contrib's ``RecurrentPPO``.
+
+Steps per second of ``learn`` on one MiniGrid env (default DoorKey-5x5, 8 envs, 128 steps per
+rollout), every core and the sb3-contrib peer with the same n_envs / n_steps / batch / epochs and the
+same LSTM width, measured in the same process one after the other (so they share the same load).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import torch
+
+from recurbench.agents.training import CoreSettings, PPOSettings, make_agent
+from recurbench.envs.minigrid import make_vec_env
+
+
+@dataclass(frozen=True)
+class BenchSettings:
+    env_id: str = "MiniGrid-DoorKey-5x5-v0"
+    n_envs: int = 8
+    n_steps: int = 128
+    batch_size: int = 256
+    n_epochs: int = 4
+    total_steps: int = 16384
+    """Environment steps timed per agent (after one untimed warm-up rollout)."""
+    hidden_size: int = 64
+    threads: int = 1
+    seed: int = 0
+
+
+def _timed_learn(model: Any, steps: int, warmup: int) -> float:
+    model.learn(warmup)  # first rollout + update: allocations, lazy imports
+    start = time.perf_counter()
+    model.learn(steps, reset_num_timesteps=True)
+    return steps / (time.perf_counter() - start)
+
+
+def bench_rl(
+    cores: Sequence[str] = ("lstm", "memlstm", "rellstm"),
+    settings: BenchSettings = BenchSettings(),
+    *,
+    include_sb3_contrib: bool = True,
+    progress: Callable[[str], None] = lambda _: None,
+) -> dict[str, Any]:
+    """``{"fps": {core: steps/s}, "fps_sb3_contrib": steps/s, "ratio": {core: fps / fps_sb3_contrib}, ...}``."""
+    torch.set_num_threads(settings.threads)
+    s = settings
+    warmup = s.n_envs * s.n_steps
+    ppo = PPOSettings(n_envs=s.n_envs, n_steps=s.n_steps, batch_size=s.batch_size, n_epochs=s.n_epochs)
+    fps: dict[str, float] = {}
+    for core in cores:
+        progress(core)
+        model = make_agent(core, s.env_id, ppo, CoreSettings(hidden_size=s.hidden_size), seed=s.seed)
+        fps[core] = _timed_learn(model, s.total_steps, warmup)
+    out: dict[str, Any] = {"fps": fps, "settings": asdict(s), "device": "cpu", "torch_threads": s.threads}
+    if include_sb3_contrib:
+        from sb3_contrib import RecurrentPPO
+
+        progress("sb3-contrib RecurrentPPO")
+        peer = RecurrentPPO(
+            "MlpLstmPolicy", make_vec_env(s.env_id, s.n_envs, s.seed), n_steps=s.n_steps, batch_size=s.batch_size,
+            n_epochs=s.n_epochs, learning_rate=ppo.learning_rate, gamma=ppo.gamma, gae_lambda=ppo.gae_lambda,
+            ent_coef=ppo.ent_coef, vf_coef=ppo.vf_coef, clip_range=ppo.clip_range, max_grad_norm=ppo.max_grad_norm,
+            policy_kwargs={"lstm_hidden_size": s.hidden_size}, seed=s.seed, device="cpu",
+        )
+        out["fps_sb3_contrib"] = _timed_learn(peer, s.total_steps, warmup)
+        out["ratio"] = {core: v / out["fps_sb3_contrib"] for core, v in fps.items()}
+    return out

@@ -1,0 +1,156 @@
+"""Memory cores: recurrent modules with an arbitrary tuple state and an explicit episode-start reset.
+
+Every core is stepped through one method, :meth:`MemoryCore.step`, which first clears the state of
+the environments whose episode starts at this step and then advances the recurrence. Acting
+(rollouts), training (sequence replay) and evaluation (``predict``) all go through it, so memory is
+cleared at episode boundaries identically in all three (the published RelLSTM code instead clears
+its memory at every acting step and every 16-step training chunk; we do not).
+
+Cores (Kerg et al. 2020, Sec. 4 and App. B; see ``shared/papers/README.md``):
+
+* :class:`LSTMCore` -- the baseline, state ``(h, c)``.
+* :class:`AttentiveLSTMCore` -- an LSTM that, at every step, attends from the previous attended state
+  s_{t-1} over stored hidden states with additive attention e_i = v' tanh(W s_{t-1} + U h_i) and feeds
+  s_t = (h_{t-1} + sum_i alpha_i h_i) / 2 to the LSTM in place of h_{t-1}. The memory is a short-term
+  buffer of the last ``nu`` states plus a relevant set of at most ``rho`` older ones (relevancy
+  screening); the per-step update is :func:`recurbench.kernels.memattn.memory_attention_step`.
+
+  - **MemLSTM** = ``nu = M`` (the window, default the environment's ``max_steps``), ``rho = 0``:
+    attention over every state since the episode started (a sliding window beyond M).
+  - **RelLSTM** = ``nu = 5``, ``rho = 5`` (the paper's values).
+
+State of the attentive cores: ``(h, c, s, steps, keys, values, scores, valid)`` with keys
+``[B, nu + rho, A]`` (U h_i, cached so a step costs O((nu + rho) A)), values ``[B, nu + rho, H]``.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+
+import torch
+from torch import Tensor, nn
+
+from recurbench.kernels.memattn import memory_attention_step
+
+State = tuple[Tensor, ...]
+
+
+class MemoryCore(nn.Module, ABC):
+    """A recurrent core: ``step(x, state, episode_starts) -> (output, state)``."""
+
+    def __init__(self, input_size: int, hidden_size: int) -> None:
+        super().__init__()
+        self.input_size = input_size
+        self.hidden_size = hidden_size
+
+    @abstractmethod
+    def initial_state(self, batch: int, device: torch.device | str = "cpu") -> State:
+        """The state at the start of an episode (all zeros: ``reset`` multiplies by the keep mask)."""
+
+    @abstractmethod
+    def cell(self, x: Tensor, state: State) -> tuple[Tensor, State]:
+        """One step of the recurrence, without any reset."""
+
+    def reset(self, state: State, episode_starts: Tensor) -> State:
+        """Clear the state of rows whose episode starts now (``episode_starts`` is 1.0 there)."""
+        if not bool(episode_starts.any()):
+            return state
+        keep = 1.0 - episode_starts.to(state[0].dtype)
+        return tuple(t * keep.view(-1, *([1] * (t.dim() - 1))) for t in state)
+
+    def step(self, x: Tensor, state: State, episode_starts: Tensor) -> tuple[Tensor, State]:
+        """Reset on episode start, then advance: the one path for acting, training and evaluation."""
+        return self.cell(x, self.reset(state, episode_starts))
+
+    def prepare_replay(self, state: State) -> State:
+        """Recompute the parts of a stored state derived from parameters (before a training replay)."""
+        return state
+
+    def forward_sequence(self, x: Tensor, state: State, episode_starts: Tensor) -> tuple[Tensor, State]:
+        """Replay ``x`` [T, B, F] from a stored ``state`` with ``episode_starts`` [T, B] -> [T, B, H]."""
+        state = self.prepare_replay(state)
+        outputs = []
+        for t in range(x.shape[0]):
+            out, state = self.step(x[t], state, episode_starts[t])
+            outputs.append(out)
+        return torch.stack(outputs), state
+
+
+class LSTMCore(MemoryCore):
+    """The LSTM baseline (state ``(h, c)``)."""
+
+    def __init__(self, input_size: int, hidden_size: int) -> None:
+        super().__init__(input_size, hidden_size)
+        self.lstm = nn.LSTMCell(input_size, hidden_size)
+
+    def initial_state(self, batch: int, device: torch.device | str = "cpu") -> State:
+        zeros = torch.zeros(batch, self.hidden_size, device=device)
+        return zeros, zeros.clone()
+
+    def cell(self, x: Tensor, state: State) -> tuple[Tensor, State]:
+        h, c = self.lstm(x, (state[0], state[1]))
+        return h, (h, c)
+
+
+class AttentiveLSTMCore(MemoryCore):
+    """LSTM + additive attention over a short-term buffer (``nu``) and a relevant set (``rho``)."""
+
+    def __init__(self, input_size: int, hidden_size: int, *, nu: int, rho: int, attention_size: int = 64) -> None:
+        super().__init__(input_size, hidden_size)
+        if nu < 1 or rho < 0:
+            raise ValueError(f"need nu >= 1 and rho >= 0, got nu={nu}, rho={rho}")
+        self.nu, self.rho, self.attention_size = nu, rho, attention_size
+        self.lstm = nn.LSTMCell(input_size, hidden_size)
+        self.query = nn.Linear(hidden_size, attention_size)  # W (with bias)
+        self.key = nn.Linear(hidden_size, attention_size, bias=False)  # U: U 0 = 0 for empty slots
+        self.v = nn.Parameter(torch.empty(attention_size).uniform_(-attention_size**-0.5, attention_size**-0.5))
+
+    @property
+    def slots(self) -> int:
+        return self.nu + self.rho
+
+    def initial_state(self, batch: int, device: torch.device | str = "cpu") -> State:
+        H, A, S = self.hidden_size, self.attention_size, self.slots
+
+        def z(*shape: int) -> Tensor:
+            return torch.zeros(*shape, device=device)
+
+        return z(batch, H), z(batch, H), z(batch, H), z(batch), z(batch, S, A), z(batch, S, H), z(batch, S), z(batch, S)
+
+    def cell(self, x: Tensor, state: State) -> tuple[Tensor, State]:
+        h, c, s, steps, keys, values, scores, valid = state
+        mem = memory_attention_step(
+            self.query(s), keys, values, scores, valid, steps, self.key(h), h, self.v, nu=self.nu
+        )
+        s = 0.5 * (h + mem.read)  # s_t = (h_{t-1} + sum_i alpha_i h_i) / 2
+        h, c = self.lstm(x, (s, c))
+        return h, (h, c, s, steps + 1, mem.keys, mem.values, mem.scores, mem.valid)
+
+    def prepare_replay(self, state: State) -> State:
+        # Cached keys were computed with the acting-time U: recompute them with the current U so the
+        # replay is differentiable in U for the stored slots too (identical before any update).
+        h, c, s, steps, _, values, scores, valid = state
+        return h, c, s, steps, self.key(values), values, scores, valid
+
+
+def make_core(
+    name: str,
+    input_size: int,
+    hidden_size: int,
+    *,
+    attention_size: int = 64,
+    nu: int = 5,
+    rho: int = 5,
+    memory_window: int = 256,
+) -> MemoryCore:
+    """Build a core by its registry name (``lstm``, ``memlstm``, ``rellstm``)."""
+    if name == "lstm":
+        return LSTMCore(input_size, hidden_size)
+    if name == "memlstm":
+        return AttentiveLSTMCore(input_size, hidden_size, nu=memory_window, rho=0, attention_size=attention_size)
+    if name == "rellstm":
+        return AttentiveLSTMCore(input_size, hidden_size, nu=nu, rho=rho, attention_size=attention_size)
+    from recurbench.agents import CORES
+    from recurbench.errors import ConfigError
+
+    raise ConfigError(f"unknown memory core {name!r}; known: {', '.join(CORES)}")
