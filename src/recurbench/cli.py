@@ -389,10 +389,30 @@ def bench_rsa_cmd() -> None:
     raise NotBuiltError("`recurbench bench rsa` (issue: Kernels) is not implemented yet")
 
 
-@bench_app.command("forecast", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
-def bench_forecast_cmd() -> None:
-    """Seconds per training epoch of Informer on ETTh1 (paper settings)."""
-    raise NotBuiltError("`recurbench bench forecast` (issue: Forecasters) is not implemented yet")
+@bench_app.command("forecast")
+def bench_forecast_cmd(
+    model: Annotated[str, typer.Option("--model", help="Forecaster (see `recurbench list models`).")] = "informer",
+    dataset: Annotated[str, typer.Option("--dataset", help="Dataset with paper settings in the ltsf suite.")] = "ETTh1",
+    horizon: Annotated[int, typer.Option("--horizon", help="Forecast horizon (paper settings of the ltsf suite).")] = 24,
+    max_batches: Annotated[
+        int | None,
+        typer.Option("--max-batches", help="Time only this many batches and extrapolate linearly to a full epoch."),
+    ] = None,
+    threads: Annotated[int, typer.Option("--threads", help="torch intra-op threads (1 is fastest on a shared CPU).")] = 1,
+    json_out: JsonOpt = False,
+    data_dir: DataDirOpt = None,
+) -> None:
+    """Seconds per training epoch of Informer on ETTh1 (paper settings: batch 32, d_model 512)."""
+    from recurbench.forecasters.bench import bench_forecast
+
+    result = bench_forecast(
+        model=model, dataset=dataset, horizon=horizon, max_batches=max_batches, threads=threads, data_dir=data_dir
+    )
+    if json_out:
+        _print_json(result)
+        return
+    rows = [[k, f"{v:.4g}" if isinstance(v, float) else str(v)] for k, v in result.items()]
+    console.print(_table("bench forecast", ["quantity", "value"], rows))
 
 
 @bench_app.command("rl")

@@ -1,0 +1,126 @@
+"""Typed configuration of a forecaster: window shape, architecture and (for RSA variants) REM heads.
+
+One frozen dataclass serves the three architectures; each model reads the fields that concern it
+and the docstring of each field says which. ``RSASpec`` is the RSA part (RSA paper, Sec. 3 and
+Table 5): the head counts ``k = (k1..k6)`` = (regular, cyclical-cos, cyclical-sin, dilated regular,
+dilated cos, dilated sin) and one dilation per dilated head, regular heads first, then cos, then sin.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from recurbench.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class RSASpec:
+    """REM heads of every RSA attention in a model (the same head layout in every layer, as the paper)."""
+
+    k: tuple[int, int, int, int, int, int]
+    """Head counts (k1..k6); they must sum to the model's n_heads."""
+    dilations: tuple[int, ...] = ()
+    """One factor per dilated head (k4 + k5 + k6 of them): dilated regular first, then cos, then sin."""
+    gate_init: float = 1.0
+    """Initial gate-control mu; sigma(mu) is the REM share (paper: mu = 1 works best, App. D.4)."""
+    keep_positional: bool = False
+    """Keep the absolute / learned relative positional encoding next to the REMs (ablation flag;
+    the paper removes it)."""
+
+    def head_config(self) -> Any:
+        """The kernels issue's ``REMHeadConfig`` (its own validation runs here)."""
+        from recurbench.forecasters.layers.rsa import REMHeadConfig
+
+        return REMHeadConfig(k=tuple(self.k), dilations=tuple(self.dilations))
+
+    def check(self, n_heads: int, where: str = "rsa") -> None:
+        """Clear errors for a head layout that cannot work, before any model is built."""
+        if len(self.k) != 6 or any(not isinstance(x, int) or x < 0 for x in self.k):
+            raise ConfigError(f"{where}.k: need six non-negative head counts (k1..k6), got {list(self.k)}")
+        if sum(self.k) != n_heads:
+            raise ConfigError(
+                f"{where}.k: the head counts {list(self.k)} sum to {sum(self.k)}, but the model has "
+                f"{n_heads} heads"
+            )
+        n_dilated = sum(self.k[3:])
+        if len(self.dilations) != n_dilated:
+            raise ConfigError(
+                f"{where}.dilations: {n_dilated} dilated heads (k4+k5+k6) need {n_dilated} dilation "
+                f"factors, got {len(self.dilations)}: {list(self.dilations)}"
+            )
+        if any(not isinstance(d, int) or d < 1 for d in self.dilations):
+            raise ConfigError(f"{where}.dilations: factors must be positive integers, got {list(self.dilations)}")
+        try:
+            self.head_config()
+        except ImportError:  # the RSA layer is not installed: our own checks above stand
+            pass
+        except (ConfigError, ValueError, TypeError) as exc:
+            raise ConfigError(f"{where}: invalid REM head configuration: {exc}") from None
+
+
+@dataclass(frozen=True, kw_only=True)
+class ForecasterConfig:
+    """Everything needed to build one forecaster network."""
+
+    n_features: int
+    """Series in and out (the multivariate 'M' setting)."""
+    n_marks: int
+    """Calendar features per step (0 = none)."""
+    seq_len: int
+    label_len: int
+    """Informer: decoder start tokens taken from the end of the input. Unused by LogSparse and XL."""
+    pred_len: int
+    d_model: int = 512
+    n_heads: int = 8
+    e_layers: int = 2
+    """Informer: encoder layers. LogSparse and XL: their single stack has e_layers + d_layers layers."""
+    d_layers: int = 1
+    d_ff: int = 2048
+    dropout: float = 0.05
+    factor: int = 5
+    """Informer: ProbSparse sampling factor c."""
+    attention: str = "prob"
+    """Informer: 'prob' (ProbSparse) or 'full' self-attention."""
+    distil: bool = False
+    """Informer: self-attention distilling between encoder layers (the RSA paper turns it off for both
+    Informer and RSA-Informer, App. D.4, because it distorts relative positions)."""
+    conv_kernel: int = 3
+    """LogSparse: kernel of the causal convolution producing queries and keys (1 = plain attention)."""
+    local_window: int = 0
+    """LogSparse: also attend to this many most recent steps (0 = pure log-sparse pattern)."""
+    segment_len: int | None = None
+    """XL: segment length (None = pred_len). See :mod:`recurbench.forecasters.models.transformer_xl`."""
+    rsa: RSASpec | None = field(default=None)
+
+    def with_(self, **changes: Any) -> ForecasterConfig:
+        return replace(self, **changes)
+
+    def check(self) -> None:
+        for key in ("n_features", "seq_len", "pred_len", "d_model", "n_heads", "d_ff", "e_layers"):
+            if getattr(self, key) < 1:
+                raise ConfigError(f"{key} must be at least 1, got {getattr(self, key)}")
+        if self.d_model % self.n_heads:
+            raise ConfigError(f"d_model ({self.d_model}) must be divisible by n_heads ({self.n_heads})")
+        if not 0 <= self.label_len <= self.seq_len:
+            raise ConfigError(f"label_len ({self.label_len}) must be in [0, seq_len={self.seq_len}]")
+        if self.attention not in ("prob", "full"):
+            raise ConfigError(f"attention must be 'prob' or 'full', got {self.attention!r}")
+        if self.segment_len is not None and self.segment_len < 1:
+            raise ConfigError(f"segment_len must be at least 1, got {self.segment_len}")
+        if self.rsa is not None:
+            self.rsa.check(self.n_heads)
+            if self.distil:
+                raise ConfigError(
+                    "rsa with distil: distilling halves the encoder length between layers and so breaks "
+                    "the REMs' relative positions (the RSA paper turns it off); set distil to false"
+                )
+
+
+def make_mixer(spec: RSASpec | None, n_heads: int, *, masked: bool) -> Any:
+    """An ``RSAMixer`` for one attention, or None for the baseline."""
+    if spec is None:
+        return None
+    from recurbench.forecasters.layers.rsa import RSAMixer
+
+    return RSAMixer(n_heads, spec.head_config(), masked=masked, gate_init=spec.gate_init)

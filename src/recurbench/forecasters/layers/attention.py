@@ -1,0 +1,178 @@
+"""Attention blocks shared by the forecasters. One tensor layout throughout: ``[B, T, H, D]``.
+
+Every attention here first computes the per-head outputs ``A_h`` as ``[B, Tq, H, D]``; an RSA
+variant then mixes them with the REM term, ``(1 - sigma(mu)) A_h + sigma(mu) P_h V_h`` (RSA paper,
+eq. 4), before the output projection. That is why :class:`AttentionLayer` takes an optional
+``mixer`` (the kernels issue's ``RSAMixer``) instead of subclassing per model.
+
+Kernels (no parameters; ``q, k, v`` are ``[B, T, H, D]``):
+
+* :class:`FullAttention` -- softmax attention through ``scaled_dot_product_attention``.
+* :class:`ProbSparseAttention` -- Informer's: the ``u = c * ceil(ln L)`` queries with the largest
+  sparsity measure ``M(q, K) = max_j s_j - mean_j s_j`` (estimated on ``c * ceil(ln L_K)`` sampled
+  keys) attend; the lazy ones get ``mean(V)`` (encoder) or ``cumsum(V)`` (masked decoder), exactly as
+  Informer's reference code.
+* :class:`MaskedAttention` -- softmax attention under a fixed boolean pattern (LogSparse).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Protocol
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+class AttentionKernel(Protocol):
+    def __call__(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor: ...
+
+
+class Mixer(Protocol):
+    """What :class:`AttentionLayer` needs from the RSA layer (``recurbench.forecasters.layers.rsa``)."""
+
+    def __call__(
+        self, attn_out: torch.Tensor, v: torch.Tensor, query_positions: torch.Tensor | None = None
+    ) -> torch.Tensor: ...
+
+
+class FullAttention(nn.Module):
+    """Softmax attention; ``causal`` masks keys after the query (square self-attention only)."""
+
+    def __init__(self, *, causal: bool = False, dropout: float = 0.0) -> None:
+        super().__init__()
+        self.causal = causal
+        self.dropout = dropout
+
+    def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        out = F.scaled_dot_product_attention(
+            q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
+            dropout_p=self.dropout if self.training else 0.0, is_causal=self.causal,
+        )
+        return out.transpose(1, 2)
+
+
+class MaskedAttention(nn.Module):
+    """Softmax attention restricted to ``allowed[i, j]`` (a ``[Tq, Tk]`` boolean pattern built per length)."""
+
+    def __init__(self, pattern: PatternFn, *, dropout: float = 0.0) -> None:
+        super().__init__()
+        self.pattern = pattern
+        self.dropout = dropout
+
+    def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        allowed = self.pattern(q.shape[1], k.shape[1], q.device)
+        out = F.scaled_dot_product_attention(
+            q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), attn_mask=allowed,
+            dropout_p=self.dropout if self.training else 0.0,
+        )
+        return out.transpose(1, 2)
+
+
+class PatternFn(Protocol):
+    def __call__(self, n_queries: int, n_keys: int, device: torch.device) -> torch.Tensor: ...
+
+
+class ProbSparseAttention(nn.Module):
+    """Informer's ProbSparse self-attention (Zhou et al. 2021, Sec. 3.1)."""
+
+    def __init__(self, *, factor: int = 5, causal: bool = False) -> None:
+        super().__init__()
+        self.factor = factor
+        self.causal = causal
+
+    def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        B, Lq, H, D = q.shape
+        Lk = k.shape[1]
+        q, k, v = (t.transpose(1, 2) for t in (q, k, v))  # [B, H, L, D]
+        n_sample = min(self.factor * math.ceil(math.log(Lk)), Lk) if Lk > 1 else 1
+        n_top = min(self.factor * math.ceil(math.log(Lq)), Lq) if Lq > 1 else 1
+
+        # Sparsity measure on a random sample of keys per query: M = max - mean (Informer eq. 4).
+        sample = torch.randint(Lk, (Lq, n_sample), device=q.device)
+        k_sample = k[:, :, sample, :]  # [B, H, Lq, n_sample, D]
+        s_sample = torch.einsum("bhqd,bhqsd->bhqs", q, k_sample)
+        sparsity = s_sample.max(-1).values - s_sample.sum(-1) / Lk
+        top = sparsity.topk(n_top, dim=-1, sorted=False).indices  # [B, H, u]
+
+        q_top = torch.gather(q, 2, top[..., None].expand(-1, -1, -1, D))
+        scores = q_top @ k.transpose(-2, -1) / math.sqrt(D)  # [B, H, u, Lk]
+        if self.causal:
+            future = torch.arange(Lk, device=q.device)[None, None, None, :] > top[..., None]
+            scores = scores.masked_fill(future, float("-inf"))
+        attended = torch.softmax(scores, dim=-1) @ v  # [B, H, u, D]
+
+        # Lazy queries: mean of V (encoder), or Informer's cumulative sum of V (masked decoder).
+        context = v.cumsum(dim=-2) if self.causal else v.mean(dim=-2, keepdim=True).expand(B, H, Lq, D)
+        context = context.scatter(2, top[..., None].expand(-1, -1, -1, D), attended)
+        return context.transpose(1, 2)  # [B, Lq, H, D]
+
+
+class AttentionLayer(nn.Module):
+    """Projections around an attention kernel: per-head outputs, optional RSA mixing, output projection.
+
+    ``qk_kernel_size > 1`` gives LogSparse's convolutional self-attention: queries and keys come from a
+    causal Conv1d over the inputs (Li et al. 2019, Sec. 3.2), so they see local shape, not single points.
+    """
+
+    def __init__(
+        self, attention: nn.Module, d_model: int, n_heads: int, *,
+        mixer: nn.Module | None = None, qk_kernel_size: int = 1,
+    ) -> None:
+        super().__init__()
+        if d_model % n_heads:
+            raise ValueError(f"d_model ({d_model}) must be divisible by n_heads ({n_heads})")
+        self.attention = attention
+        self.mixer = mixer
+        self.n_heads = n_heads
+        self.qk_kernel_size = qk_kernel_size
+        if qk_kernel_size > 1:
+            self.q_proj = nn.Conv1d(d_model, d_model, qk_kernel_size)
+            self.k_proj = nn.Conv1d(d_model, d_model, qk_kernel_size)
+        else:
+            self.q_proj = nn.Linear(d_model, d_model)
+            self.k_proj = nn.Linear(d_model, d_model)
+        self.v_proj = nn.Linear(d_model, d_model)
+        self.out_proj = nn.Linear(d_model, d_model)
+
+    def _qk(self, proj: nn.Module, x: torch.Tensor) -> torch.Tensor:
+        if self.qk_kernel_size == 1:
+            return proj(x)
+        # Causal: left-pad by k-1 so step t only sees steps <= t.
+        padded = F.pad(x.transpose(1, 2), (self.qk_kernel_size - 1, 0))
+        return proj(padded).transpose(1, 2)
+
+    def forward(
+        self, queries: torch.Tensor, keys: torch.Tensor, values: torch.Tensor,
+        query_positions: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        B, Lq, _ = queries.shape
+        Lk = keys.shape[1]
+        H = self.n_heads
+        q = self._qk(self.q_proj, queries).view(B, Lq, H, -1)
+        k = self._qk(self.k_proj, keys).view(B, Lk, H, -1)
+        v = self.v_proj(values).view(B, Lk, H, -1)
+        out = self.attention(q, k, v)  # [B, Lq, H, D]
+        if self.mixer is not None:
+            out = self.mixer(out, v, query_positions=query_positions)
+        return self.out_proj(out.reshape(B, Lq, -1))
+
+
+def log_sparse_pattern(local_window: int = 0) -> PatternFn:
+    """LogSparse's pattern (Li et al. 2019, Sec. 3.3): query i sees itself and keys i - 2^m (m >= 0);
+    with ``local_window`` w > 0 it also sees every key within i - w < j <= i (the local variant).
+    Square and causal; queries and keys index the same sequence."""
+
+    def pattern(n_queries: int, n_keys: int, device: torch.device) -> torch.Tensor:
+        i = torch.arange(n_queries, device=device)[:, None]
+        j = torch.arange(n_keys, device=device)[None, :]
+        lag = i - j
+        positive = lag.clamp(min=1)
+        power_of_two = (positive & (positive - 1)) == 0
+        allowed = (lag == 0) | ((lag > 0) & power_of_two)
+        if local_window > 0:
+            allowed = allowed | ((lag >= 0) & (lag < local_window))
+        return allowed
+
+    return pattern

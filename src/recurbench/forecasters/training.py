@@ -1,0 +1,186 @@
+"""Informer's training scheme, shared by the LTSF suite and the sktime estimators.
+
+Adam (lr 1e-4) with the learning rate halved after every epoch (Informer's ``lradj='type1'``), at most
+6 epochs, early stopping on the validation loss with patience 3 and the best weights restored, batch
+32, MSE loss on scaled data. Evaluation is over every window of a split (no dropped last batch):
+MSE and MAE are means over all windows, steps and series.
+
+Batches are ``(x, y, x_mark, y_mark)`` as :class:`recurbench.data.protocol.WindowDataset` yields them,
+with ``y`` = label_len + pred_len steps; the loss is on its last ``pred_len`` steps.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import torch
+from torch import nn
+from torch.utils.data import DataLoader, Dataset
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    epochs: int = 6
+    """At most this many epochs."""
+    batch_size: int = 32
+    learning_rate: float = 1e-4
+    lr_decay: float = 0.5
+    """Multiplies the learning rate after every epoch."""
+    patience: int = 3
+    """Stop after this many epochs without a better validation loss (the best weights are restored)."""
+    max_train_batches: int | None = None
+    """Cap on training batches per epoch (a random subset of windows each epoch); None = all."""
+    max_val_batches: int | None = None
+    """Cap on validation batches (the first ones, deterministic); None = all. Test is never capped."""
+    eval_batch_size: int = 256
+    """Batch size for validation and test (only speed; results do not depend on it)."""
+
+
+@dataclass
+class EpochRecord:
+    epoch: int
+    train_loss: float
+    val_loss: float | None
+    learning_rate: float
+    seconds: float
+    batches: int
+
+
+@dataclass
+class TrainResult:
+    epochs: list[EpochRecord] = field(default_factory=list)
+    best_epoch: int | None = None
+    best_val_loss: float | None = None
+    stopped_early: bool = False
+
+    @property
+    def seconds_per_epoch(self) -> float:
+        return sum(e.seconds for e in self.epochs) / max(1, len(self.epochs))
+
+
+def forecast_batch(model: nn.Module, batch: tuple[torch.Tensor, ...], pred_len: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(prediction, target), both ``[B, pred_len, C]``."""
+    x, y, x_mark, y_mark = batch
+    return model(x, x_mark, y_mark), y[:, -pred_len:, :]
+
+
+@torch.no_grad()
+def evaluate(model: nn.Module, dataset: Dataset, pred_len: int, *, batch_size: int = 256,
+             max_batches: int | None = None) -> dict[str, float]:
+    """MSE and MAE over all windows of ``dataset`` (or its first ``max_batches`` batches)."""
+    was_training = model.training
+    model.eval()
+    sq = ab = 0.0
+    count = 0
+    for n, batch in enumerate(DataLoader(dataset, batch_size=batch_size, shuffle=False)):
+        if max_batches is not None and n >= max_batches:
+            break
+        pred, true = forecast_batch(model, batch, pred_len)
+        err = (pred - true).double()
+        sq += float((err**2).sum())
+        ab += float(err.abs().sum())
+        count += err.numel()
+    model.train(was_training)
+    if count == 0:
+        raise ValueError("evaluate: the dataset has no windows")
+    return {"mse": sq / count, "mae": ab / count}
+
+
+EpochCallback = Callable[[EpochRecord], None]
+BatchCallback = Callable[[int, int], None]
+
+
+def train(
+    model: nn.Module, train_set: Dataset, val_set: Dataset | None, pred_len: int, cfg: TrainConfig, *,
+    on_epoch: EpochCallback | None = None, on_batch: BatchCallback | None = None,
+    generator: torch.Generator | None = None,
+) -> TrainResult:
+    """Train in place with Informer's scheme; returns the per-epoch record.
+
+    ``on_batch(done, total)`` reports progress within an epoch; ``on_epoch`` receives each epoch's
+    record as soon as it is known. Without a validation set (or one with no windows) there is no early
+    stopping and the last weights are kept.
+    """
+    optimizer = torch.optim.Adam(model.parameters(), lr=cfg.learning_rate)
+    loss_fn = nn.MSELoss()
+    has_val = val_set is not None and len(val_set) > 0
+    result = TrainResult()
+    best_state: dict[str, torch.Tensor] | None = None
+    stale = 0
+    n_batches = math.ceil(len(train_set) / cfg.batch_size)
+    if cfg.max_train_batches is not None:
+        n_batches = min(n_batches, cfg.max_train_batches)
+    for epoch in range(1, cfg.epochs + 1):
+        lr = cfg.learning_rate * cfg.lr_decay ** (epoch - 1)
+        for group in optimizer.param_groups:
+            group["lr"] = lr
+        model.train()
+        start = time.perf_counter()
+        total = 0.0
+        loader = DataLoader(train_set, batch_size=cfg.batch_size, shuffle=True, generator=generator)
+        done = 0
+        for batch in loader:
+            if done >= n_batches:
+                break
+            optimizer.zero_grad(set_to_none=True)
+            pred, true = forecast_batch(model, batch, pred_len)
+            loss = loss_fn(pred, true)
+            loss.backward()
+            optimizer.step()
+            total += float(loss.detach())
+            done += 1
+            if on_batch is not None:
+                on_batch(done, n_batches)
+        seconds = time.perf_counter() - start
+        val_loss = (
+            evaluate(model, val_set, pred_len, batch_size=cfg.eval_batch_size, max_batches=cfg.max_val_batches)["mse"]
+            if has_val else None
+        )
+        record = EpochRecord(epoch, total / max(1, done), val_loss, lr, seconds, done)
+        result.epochs.append(record)
+        if on_epoch is not None:
+            on_epoch(record)
+        if val_loss is None:
+            continue
+        if result.best_val_loss is None or val_loss < result.best_val_loss:
+            result.best_val_loss, result.best_epoch = val_loss, epoch
+            best_state = copy.deepcopy(model.state_dict())
+            stale = 0
+        else:
+            stale += 1
+            if stale >= cfg.patience:
+                result.stopped_early = True
+                break
+    if best_state is not None:
+        model.load_state_dict(best_state)
+    model.eval()
+    return result
+
+
+def count_parameters(model: nn.Module) -> int:
+    return sum(p.numel() for p in model.parameters() if p.requires_grad)
+
+
+def rsa_state(model: nn.Module) -> tuple[dict[str, float], dict[str, dict[str, list[float]]]]:
+    """Gate values sigma(mu) per attention layer and the fitted REM parameters per head, for logging.
+
+    Empty for baselines. Uses the models' ``attention_layers()`` and the RSA layer's ``gate()`` and
+    ``rem_parameters()``.
+    """
+    gates: dict[str, float] = {}
+    params: dict[str, dict[str, list[float]]] = {}
+    layers = model.attention_layers() if hasattr(model, "attention_layers") else {}
+    for name, layer in layers.items():
+        mixer = getattr(layer, "mixer", None)
+        if mixer is None:
+            continue
+        gates[name] = float(torch.as_tensor(mixer.gate()).detach().float().mean())
+        params[name] = {
+            key: torch.as_tensor(value).detach().float().flatten().tolist()
+            for key, value in dict(mixer.rem_parameters()).items()
+        }
+    return gates, params

@@ -1,0 +1,309 @@
+"""The ``ltsf`` suite: the RSA paper's Table 1 (Informer, LogSparse, XL and RSA variants).
+
+``plan`` expands a profile into one run per dataset x horizon x model x seed and checks everything
+before anything trains: names, the settings tables (``windows``, ``rem_heads``), the REM head layouts,
+that the data exist and that every split has at least one window for the horizon. ``execute``
+prepares the data under Informer's protocol (:mod:`recurbench.data.protocol`), builds the network,
+trains it with Informer's scheme (:func:`recurbench.forecasters.training.train`) and logs, per run:
+the hyperparameters (as params), ``train_loss``/``val_loss``/``learning_rate``/``epoch_seconds``
+per epoch (step = epoch), ``test_mse``/``test_mae`` on the scaled test set (every window),
+``n_params``, ``seconds_per_epoch``, the REM gates sigma(mu) per attention layer
+(``gate.<layer>``) and the fitted REM parameters per head (artifact ``rem_parameters.json``).
+
+``summary_rows`` gives MSE/MAE mean +- std over seeds per dataset x horizon x model next to the
+paper's figures (``reference/rsa_table1_ltsf.csv``, copied from the paper's Table 1 / Table 4).
+"""
+
+from __future__ import annotations
+
+import csv
+import statistics
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass
+from functools import lru_cache
+from importlib import resources
+from typing import Any
+
+import torch
+from pydantic import BaseModel
+
+from recurbench.config import StrictModel, check_names, known_name
+from recurbench.data import DATASETS
+from recurbench.data.protocol import LTSFData, WindowSpec, prepare
+from recurbench.errors import ConfigError, DataError
+from recurbench.forecasters.config import ForecasterConfig, RSASpec
+from recurbench.forecasters.models import ARCHITECTURES, build_network
+from recurbench.forecasters.training import TrainConfig, count_parameters, evaluate, rsa_state, train
+from recurbench.suites.runner import ProgressFn, RunOutcome, RunPlan, SuiteDefinition
+from recurbench.tracking import RunHandle
+
+# ------------------------------------------------------------------------------------------ profile
+
+
+class WindowSetting(StrictModel):
+    """One line of Informer's scripts."""
+
+    seq_len: int
+    label_len: int
+    e_layers: int
+    d_layers: int
+    factor: int = 5
+
+
+class REMHeads(StrictModel):
+    """One cell of the RSA paper's Table 5."""
+
+    k: list[int]
+    dilations: list[int] = []
+
+
+class ModelSettings(StrictModel):
+    d_model: int = 512
+    n_heads: int = 8
+    d_ff: int = 2048
+    dropout: float = 0.05
+    attention: str = "prob"
+    distil: bool = False
+    conv_kernel: int = 3
+    local_window: int = 0
+    segment_len: int | None = None
+    gate_init: float = 1.0
+    keep_positional: bool = False
+
+
+class TrainingSettings(StrictModel):
+    epochs: int = 6
+    batch_size: int = 32
+    learning_rate: float = 1e-4
+    lr_decay: float = 0.5
+    patience: int = 3
+    max_train_batches: int | None = None
+    max_val_batches: int | None = None
+
+
+_Dataset = known_name(DATASETS, "dataset")
+_Model = known_name(ARCHITECTURES, "model")
+
+
+class LTSFProfile(StrictModel):
+    datasets: list[_Dataset]
+    horizons: dict[_Dataset, list[int]]
+    """Horizons per dataset."""
+    models: list[_Model]
+    seeds: int
+    model: ModelSettings = ModelSettings()
+    training: TrainingSettings = TrainingSettings()
+    windows: dict[_Dataset, dict[int, WindowSetting]]
+    """dataset -> horizon -> Informer's settings."""
+    rem_heads: dict[_Dataset, dict[int, dict[_Model, REMHeads]]] = {}
+    """dataset -> horizon -> RSA model -> Table 5 head layout."""
+    torch_threads: int = 1
+    """Intra-op threads per run. 1 by default: on a shared 2-core machine, torch's spinning worker
+    threads make 2 threads several times slower than 1 as soon as another process competes."""
+
+
+# --------------------------------------------------------------------------------------------- plan
+
+
+@dataclass(frozen=True)
+class LTSFJob:
+    """Everything one run needs, resolved at plan time."""
+
+    dataset: str
+    model: str
+    window: WindowSpec
+    network: ForecasterConfig
+    training: TrainConfig
+    torch_threads: int = 1
+
+
+def _selected_horizons(raw: Sequence[Any]) -> list[int]:
+    out = []
+    for i, value in enumerate(raw):
+        try:
+            out.append(int(value))
+        except (TypeError, ValueError):
+            raise ConfigError(f"--horizons.{i}: not an integer: {value!r}") from None
+    return out
+
+
+@lru_cache(maxsize=8)
+def _prepared(dataset: str, window: WindowSpec, data_dir: str | None) -> LTSFData:
+    return prepare(dataset, window, data_dir)
+
+
+def _check_windows(data: LTSFData, where: str) -> None:
+    for split in (data.train, data.val, data.test):
+        if split.n_windows < 1:
+            raise ConfigError(
+                f"{where}: the {split.name} split of {data.name} has {split.rows} rows, too few for "
+                f"seq_len {data.window.seq_len} + horizon {data.window.pred_len} "
+                f"(needs {data.window.seq_len + data.window.pred_len})"
+            )
+
+
+class LTSFSuite(SuiteDefinition):
+    name = "ltsf"
+    profile_model = LTSFProfile
+
+    def plan(self, profile: BaseModel, selection: Mapping[str, Any], *, data_dir: str | None) -> list[RunPlan]:
+        assert isinstance(profile, LTSFProfile)
+        datasets = list(selection.get("datasets") or profile.datasets)
+        models = list(selection.get("models") or profile.models)
+        check_names(datasets, DATASETS, "dataset", "--datasets")
+        check_names(models, ARCHITECTURES, "model", "--models")
+        seeds = int(selection.get("seeds") or profile.seeds)
+        if seeds < 1:
+            raise ConfigError(f"seeds must be at least 1, got {seeds}")
+        chosen_horizons = _selected_horizons(selection["horizons"]) if selection.get("horizons") else None
+        ms, ts = profile.model, profile.training
+        training = TrainConfig(
+            epochs=ts.epochs, batch_size=ts.batch_size, learning_rate=ts.learning_rate, lr_decay=ts.lr_decay,
+            patience=ts.patience, max_train_batches=ts.max_train_batches, max_val_batches=ts.max_val_batches,
+        )
+        plans: list[RunPlan] = []
+        for dataset in datasets:
+            horizons = chosen_horizons or profile.horizons.get(dataset)
+            if not horizons:
+                raise ConfigError(f"horizons.{dataset}: no horizons given for dataset {dataset!r}")
+            for horizon in horizons:
+                table = profile.windows.get(dataset, {})
+                if horizon not in table:
+                    raise ConfigError(
+                        f"windows.{dataset}.{horizon}: no settings for horizon {horizon} of {dataset}; "
+                        f"known horizons: {', '.join(map(str, sorted(table))) or 'none'}"
+                    )
+                setting = table[horizon]
+                window = WindowSpec(setting.seq_len, setting.label_len, horizon)
+                try:
+                    data = _prepared(dataset, window, data_dir)
+                except DataError as exc:
+                    raise ConfigError(f"{dataset} (horizon {horizon}): {exc}") from None
+                _check_windows(data, f"{dataset} horizon {horizon}")
+                for model in models:
+                    rsa = None
+                    if ARCHITECTURES[model].rsa:
+                        heads = profile.rem_heads.get(dataset, {}).get(horizon, {}).get(model)
+                        if heads is None:
+                            raise ConfigError(
+                                f"rem_heads.{dataset}.{horizon}.{model}: no REM head layout for {model}"
+                            )
+                        rsa = RSASpec(
+                            k=tuple(heads.k), dilations=tuple(heads.dilations),  # type: ignore[arg-type]
+                            gate_init=ms.gate_init, keep_positional=ms.keep_positional,
+                        )
+                    network = ForecasterConfig(
+                        n_features=data.n_features, n_marks=len(data.time_feature_names),
+                        seq_len=setting.seq_len, label_len=setting.label_len, pred_len=horizon,
+                        d_model=ms.d_model, n_heads=ms.n_heads, e_layers=setting.e_layers,
+                        d_layers=setting.d_layers, d_ff=ms.d_ff, dropout=ms.dropout, factor=setting.factor,
+                        attention=ms.attention, distil=ms.distil, conv_kernel=ms.conv_kernel,
+                        local_window=ms.local_window, segment_len=ms.segment_len, rsa=rsa,
+                    )
+                    try:
+                        network.check()
+                    except ConfigError as exc:
+                        raise ConfigError(f"{dataset} horizon {horizon} {model}: {exc}") from None
+                    job = LTSFJob(dataset, model, window, network, training, profile.torch_threads)
+                    params = {
+                        "dataset": dataset, "model": model, "horizon": horizon,
+                        "network": {k: v for k, v in asdict(network).items() if k != "rsa"},
+                        "rsa": asdict(rsa) if rsa is not None else "none",
+                        "training": asdict(training), "torch_threads": profile.torch_threads,
+                    }
+                    for seed in range(seeds):
+                        plans.append(RunPlan(
+                            name=f"{model}-{dataset}-{horizon}-s{seed}", seed=seed,
+                            tags={"model": model, "dataset": dataset, "horizon": str(horizon)},
+                            params=params, payload=job,
+                        ))
+        return plans
+
+    # ------------------------------------------------------------------------------------------ run
+
+    def execute(self, plan: RunPlan, run: RunHandle, progress: ProgressFn, *, data_dir: str | None) -> dict[str, float]:
+        job: LTSFJob = plan.payload
+        torch.set_num_threads(job.torch_threads)
+        data = _prepared(job.dataset, job.window, data_dir)
+        network = build_network(job.model, job.network)
+        n_params = count_parameters(network)
+        run.log_metrics({"n_params": n_params})
+        run.log_params({"n_params": n_params, "train_windows": data.train.n_windows,
+                        "val_windows": data.val.n_windows, "test_windows": data.test.n_windows})
+        epochs = job.training.epochs
+
+        def on_batch(done: int, total: int) -> None:
+            progress(epoch_index[0] + done / max(1, total), epochs, f"{plan.name} epoch {epoch_index[0] + 1}")
+
+        epoch_index = [0]
+
+        def on_epoch(record: Any) -> None:
+            epoch_index[0] = record.epoch
+            metrics = {"train_loss": record.train_loss, "learning_rate": record.learning_rate,
+                       "epoch_seconds": record.seconds}
+            if record.val_loss is not None:
+                metrics["val_loss"] = record.val_loss
+            gates, _ = rsa_state(network)
+            metrics.update({f"gate.{name}": value for name, value in gates.items()})
+            run.log_metrics(metrics, step=record.epoch)
+
+        result = train(network, data.train.dataset(), data.val.dataset(), job.window.pred_len, job.training,
+                       on_epoch=on_epoch, on_batch=on_batch)
+        test = evaluate(network, data.test.dataset(), job.window.pred_len, batch_size=job.training.eval_batch_size)
+        gates, rem = rsa_state(network)
+        metrics = {
+            "test_mse": test["mse"], "test_mae": test["mae"], "n_params": float(n_params),
+            "epochs_run": float(len(result.epochs)), "best_epoch": float(result.best_epoch or len(result.epochs)),
+            "seconds_per_epoch": result.seconds_per_epoch,
+        }
+        run.log_metrics({**metrics, **{f"final_gate.{k}": v for k, v in gates.items()}})
+        if rem:
+            run.log_dict({"gates": gates, "rem_parameters": rem}, "rem_parameters.json")
+        run.log_dict([asdict(e) for e in result.epochs], "epochs.json")
+        progress(epochs, epochs, f"{plan.name} done")
+        return metrics
+
+    # -------------------------------------------------------------------------------------- summary
+
+    def summary_rows(self, outcomes: Sequence[RunOutcome]) -> tuple[list[str], list[list[str]]]:
+        groups: dict[tuple[str, int, str], list[RunOutcome]] = {}
+        for o in outcomes:
+            job: LTSFJob = o.plan.payload
+            groups.setdefault((job.dataset, job.window.pred_len, job.model), []).append(o)
+        reference = paper_reference()
+        header = ["dataset", "horizon", "model", "seeds", "MSE", "MAE", "paper MSE", "paper MAE", "s/epoch"]
+        rows = []
+        for (dataset, horizon, model), group in groups.items():
+            done = [o for o in group if o.status == "FINISHED"]
+            paper = reference.get((dataset, horizon, ARCHITECTURES[model].paper_name))
+            seeds = f"{len(done)}/{len(group)}"
+            rows.append([
+                dataset, str(horizon), model, seeds,
+                _mean_std([o.metrics["test_mse"] for o in done]),
+                _mean_std([o.metrics["test_mae"] for o in done]),
+                f"{paper['mse_mean']:.3f} ± {paper['mse_std']:.3f}" if paper else "-",
+                f"{paper['mae_mean']:.3f} ± {paper['mae_std']:.3f}" if paper else "-",
+                f"{statistics.fmean(o.metrics['seconds_per_epoch'] for o in done):.1f}" if done else "-",
+            ])
+        return header, rows
+
+
+def _mean_std(values: list[float]) -> str:
+    if not values:
+        return "-"
+    mean = statistics.fmean(values)
+    std = statistics.stdev(values) if len(values) > 1 else 0.0
+    return f"{mean:.3f} ± {std:.3f}"
+
+
+@lru_cache(maxsize=1)
+def paper_reference() -> dict[tuple[str, int, str], dict[str, float]]:
+    """The RSA paper's Table 1 (with Table 4's standard deviations): (dataset, horizon, model) -> figures."""
+    text = resources.files("recurbench.suites").joinpath("reference/rsa_table1_ltsf.csv").read_text()
+    out = {}
+    for row in csv.DictReader(text.splitlines()):
+        out[(row["dataset"], int(row["horizon"]), row["model"])] = {
+            k: float(row[k]) for k in ("mse_mean", "mse_std", "mae_mean", "mae_std")
+        }
+    return out
+

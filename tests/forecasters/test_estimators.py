@@ -1,0 +1,59 @@
+"""sktime interface: conformance through sktime's own checks, and the adapter's scaling hand-off."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+from sktime.forecasting.model_evaluation import evaluate as sktime_evaluate
+from sktime.split import ExpandingWindowSplitter
+from sktime.utils.estimator_checks import parametrize_with_checks
+
+from recurbench.forecasters.estimators import ESTIMATORS, InformerForecaster, RSAInformerForecaster
+
+
+@pytest.mark.sktime_conformance
+@parametrize_with_checks(list(ESTIMATORS.values()))
+def test_sktime_conformance(obj, test_name):
+    from sktime.utils.estimator_checks import check_estimator
+
+    check_estimator(obj, tests_to_run=test_name, raise_exceptions=True)
+
+
+def hourly_frame(n: int = 240) -> pd.DataFrame:
+    index = pd.date_range("2020-01-01", periods=n, freq="h")
+    t = np.arange(n)
+    rng = np.random.default_rng(0)
+    return pd.DataFrame(
+        {"a": 100 + 10 * np.sin(2 * np.pi * t / 24) + rng.normal(0, 0.1, n), "b": -5 + 0.01 * t},
+        index=index,
+    )
+
+
+TINY = {"seq_len": 48, "label_len": 24, "d_model": 16, "n_heads": 2, "d_ff": 16, "e_layers": 1, "random_state": 0}
+
+
+def test_forecast_is_on_the_original_scale_with_the_requested_index():
+    y = hourly_frame()
+    f = InformerForecaster(**TINY, max_epochs=1).fit(y, fh=[1, 3, 6])
+    pred = f.predict()
+    assert list(pred.columns) == ["a", "b"]
+    assert list(pred.index) == list(pd.date_range(y.index[-1], periods=7, freq="h")[[1, 3, 6]])
+    # Even a barely trained network forecasts around each series' level, not the scaled 0.
+    assert abs(pred["a"].mean() - 100) < 30 and abs(pred["b"].mean() - y["b"].mean()) < 5
+    assert f.training_.epochs and f.seq_len_ == 48
+
+
+def test_predictions_repeat_with_the_same_random_state():
+    y = hourly_frame(120)
+    a = RSAInformerForecaster(**TINY, max_epochs=1, rem_heads=(0, 1, 1, 0, 0, 0)).fit(y, fh=[1, 2]).predict()
+    b = RSAInformerForecaster(**TINY, max_epochs=1, rem_heads=(0, 1, 1, 0, 0, 0)).fit(y, fh=[1, 2]).predict()
+    pd.testing.assert_frame_equal(a, b)
+
+
+def test_works_in_sktime_evaluate():
+    y = hourly_frame(150)
+    f = InformerForecaster(**{**TINY, "seq_len": 24, "label_len": 12}, max_epochs=1)
+    cv = ExpandingWindowSplitter(fh=[1, 2], initial_window=120, step_length=15)
+    results = sktime_evaluate(forecaster=f, y=y, cv=cv)
+    assert len(results) == 2 and np.isfinite(results.iloc[:, 0]).all()

@@ -1,0 +1,94 @@
+"""Attention kernels against plain softmax attention, the log-sparse pattern, XL's segmentation."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from recurbench.forecasters.layers.attention import (
+    FullAttention,
+    MaskedAttention,
+    ProbSparseAttention,
+    log_sparse_pattern,
+)
+from recurbench.forecasters.models.transformer_xl import RelativeAttentionLayer, segment_bounds
+
+
+def softmax_attention(q, k, v, causal=False):
+    """Independent reference: explicit scores, [B, T, H, D] layout."""
+    scores = torch.einsum("bihd,bjhd->bhij", q, k) / math.sqrt(q.shape[-1])
+    if causal:
+        Tq, Tk = scores.shape[-2:]
+        scores = scores.masked_fill(torch.ones(Tq, Tk, dtype=torch.bool).triu(1), float("-inf"))
+    return torch.einsum("bhij,bjhd->bihd", scores.softmax(-1), v)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_probsparse_with_every_query_active_is_softmax_attention(causal):
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(2, 12, 3, 4, dtype=torch.float64) for _ in range(3))
+    # factor * ceil(ln 12) = 30 >= 12: every query is "active", so nothing is approximated.
+    out = ProbSparseAttention(factor=10, causal=causal)(q, k, v)
+    torch.testing.assert_close(out, softmax_attention(q, k, v, causal))
+
+
+def test_probsparse_lazy_queries_get_mean_or_cumsum_of_values():
+    torch.manual_seed(0)
+    q = torch.zeros(1, 40, 1, 4)  # all-zero queries: uniform scores, sparsity measure zero everywhere
+    k, v = torch.randn(1, 40, 1, 4), torch.randn(1, 40, 1, 4)
+    out = ProbSparseAttention(factor=1, causal=False)(q, k, v)
+    # Active queries with uniform scores also give mean(V): every row is mean(V).
+    torch.testing.assert_close(out, v.mean(1, keepdim=True).expand_as(out))
+    out = ProbSparseAttention(factor=1, causal=True)(q, k, v)
+    u = math.ceil(math.log(40))
+    cumsum = v.cumsum(1)
+    lazy_rows = [i for i in range(40) if torch.allclose(out[0, i], cumsum[0, i])]
+    assert len(lazy_rows) >= 40 - u  # Informer's quirk: lazy decoder queries get the cumulative *sum*
+
+
+def test_full_attention_matches_reference():
+    torch.manual_seed(1)
+    q, k, v = (torch.randn(2, 7, 2, 5) for _ in range(3))
+    torch.testing.assert_close(FullAttention(causal=True)(q, k, v), softmax_attention(q, k, v, True), atol=1e-5, rtol=1e-5)
+
+
+def test_log_sparse_pattern_lags():
+    allowed = log_sparse_pattern()(10, 10, torch.device("cpu"))
+    assert torch.nonzero(allowed[9]).flatten().tolist() == [1, 5, 7, 8, 9]  # lags 8, 4, 2, 1, 0
+    assert not allowed.triu(1).any()  # causal
+    local = log_sparse_pattern(local_window=3)(10, 10, torch.device("cpu"))
+    assert torch.nonzero(local[9]).flatten().tolist() == [1, 5, 7, 8, 9]
+    assert torch.nonzero(local[6]).flatten().tolist() == [2, 4, 5, 6]
+
+
+def test_masked_attention_uses_only_allowed_keys():
+    torch.manual_seed(2)
+    q, k, v = (torch.randn(1, 10, 1, 3) for _ in range(3))
+    attention = MaskedAttention(log_sparse_pattern())
+    base = attention(q, k, v)
+    v2 = v.clone()
+    v2[0, 2] += 100.0  # key 2 is not among row 9's (lags 0,1,2,4,8 -> keys 9,8,7,5,1)
+    assert torch.allclose(attention(q, k, v2)[0, 9], base[0, 9])
+    assert not torch.allclose(attention(q, k, v2)[0, 3], base[0, 3])  # row 3 sees key 2 (lag 1)
+
+
+def test_segment_bounds_cut_from_the_end():
+    assert segment_bounds(72, 24) == [(0, 24), (24, 48), (48, 72)]
+    assert segment_bounds(10, 4) == [(0, 2), (2, 6), (6, 10)]
+
+
+def test_relative_attention_is_causal_over_memory_and_segment():
+    torch.manual_seed(3)
+    layer = RelativeAttentionLayer(8, 2, 0.0, relative=True, mixer=None).eval()
+    memory, h = torch.randn(1, 4, 8), torch.randn(1, 5, 8)
+    out = layer(h, memory)
+    h2 = h.clone()
+    h2[0, 3] += 10.0
+    out2 = layer(h2, memory)
+    torch.testing.assert_close(out[0, :3], out2[0, :3])  # earlier steps do not see step 3
+    assert not torch.allclose(out[0, 3:], out2[0, 3:])
+    memory2 = memory.clone()
+    memory2[0, 0] += 10.0
+    assert not torch.allclose(layer(h, memory2)[0, 0], out[0, 0])  # the memory is attended

@@ -1,0 +1,111 @@
+"""The six networks: shapes, RSA reducing to its baseline, XL's memory, and a learning signal."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from recurbench.errors import ConfigError
+from recurbench.forecasters.config import ForecasterConfig, RSASpec
+from recurbench.forecasters.models import ARCHITECTURES, build_network
+from recurbench.forecasters.training import rsa_state
+
+RSA = RSASpec(k=(1, 1, 1, 1, 0, 0), dilations=(2,))
+CFG = ForecasterConfig(
+    n_features=3, n_marks=2, seq_len=16, label_len=8, pred_len=6, d_model=16, n_heads=4,
+    e_layers=1, d_layers=1, d_ff=16, dropout=0.0, segment_len=6, rsa=RSA,
+)
+
+
+def batch(cfg=CFG, b=2):
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(b, cfg.seq_len, cfg.n_features, generator=g)
+    x_mark = torch.rand(b, cfg.seq_len, cfg.n_marks, generator=g) - 0.5
+    y_mark = torch.rand(b, cfg.label_len + cfg.pred_len, cfg.n_marks, generator=g) - 0.5
+    return x, x_mark, y_mark
+
+
+@pytest.mark.parametrize("name", list(ARCHITECTURES))
+def test_forecast_shape_and_gradients(name):
+    torch.manual_seed(0)
+    model = build_network(name, CFG)
+    out = model(*batch())
+    assert out.shape == (2, CFG.pred_len, CFG.n_features)
+    out.square().mean().backward()
+    grads = [p.grad for p in model.parameters() if p.requires_grad]
+    assert all(g is not None and torch.isfinite(g).all() for g in grads if g is not None)
+    gates, rem = rsa_state(model)
+    if ARCHITECTURES[name].rsa:
+        assert gates and all(abs(v - torch.sigmoid(torch.tensor(1.0)).item()) < 1e-6 for v in gates.values())
+        assert all(len(p["lambda"]) == CFG.n_heads for p in rem.values())
+    else:
+        assert gates == {} and rem == {}
+
+
+@pytest.mark.parametrize("base", ["informer", "logsparse", "xl"])
+def test_rsa_with_closed_gate_equals_its_baseline(base):
+    """eq. 4 with sigma(mu) = 0 is the baseline attention; with the positional encoding kept, the
+    whole RSA network is then its baseline network with the same weights."""
+    rsa = RSASpec(k=(2, 1, 1, 0, 0, 0), gate_init=-60.0, keep_positional=True)
+    cfg = CFG.with_(rsa=rsa, attention="full") if base == "informer" else CFG.with_(rsa=rsa)
+    torch.manual_seed(0)
+    rsa_model = build_network(f"rsa_{base}", cfg).eval()
+    baseline = build_network(base, cfg).eval()
+    missing, unexpected = baseline.load_state_dict(rsa_model.state_dict(), strict=False)
+    assert not missing and all(".mixer." in key for key in unexpected)
+    torch.testing.assert_close(rsa_model(*batch()), baseline(*batch()))
+
+
+def test_rsa_informer_cross_attention_gets_key_space_positions(monkeypatch):
+    seen = {}
+    model = build_network("rsa_informer", CFG).eval()
+    cross = model.decoder[0].cross_attention.mixer
+    original = cross.forward
+
+    def spy(attn_out, v, query_positions=None):
+        seen["positions"] = query_positions
+        return original(attn_out, v, query_positions=query_positions)
+
+    monkeypatch.setattr(cross, "forward", spy)
+    model(*batch())
+    # Decoder step i is time seq_len - label_len + i of the encoder's axis.
+    expected = torch.arange(CFG.label_len + CFG.pred_len) + CFG.seq_len - CFG.label_len
+    torch.testing.assert_close(seen["positions"], expected)
+
+
+@pytest.mark.parametrize("name", ["xl", "rsa_xl"])
+def test_xl_memory_carries_earlier_segments(name):
+    torch.manual_seed(0)
+    model = build_network(name, CFG).eval()
+    x, x_mark, y_mark = batch()
+    x2 = x.clone()
+    x2[:, 0] += 5.0  # first segment only (segments of 6 over 16 + 6 steps: [0,4) [4,10) [10,16) [16,22))
+    assert not torch.allclose(model(x, x_mark, y_mark), model(x2, x_mark, y_mark))
+
+
+def test_rsa_configuration_errors():
+    with pytest.raises(ConfigError, match="sum to 3, but the model has 4 heads"):
+        CFG.with_(rsa=RSASpec(k=(3, 0, 0, 0, 0, 0))).check()
+    with pytest.raises(ConfigError, match="need 2 dilation factors"):
+        CFG.with_(rsa=RSASpec(k=(2, 0, 0, 2, 0, 0), dilations=(24,))).check()
+    with pytest.raises(ConfigError, match="pairs"):
+        CFG.with_(rsa=RSASpec(k=(1, 2, 1, 0, 0, 0))).check()
+    with pytest.raises(ConfigError, match="distil"):
+        CFG.with_(distil=True).check()
+
+
+@pytest.mark.parametrize("name", ["informer", "rsa_informer"])
+def test_learns_a_periodic_signal(name):
+    """A few dozen Adam steps on a noisy sine cut the forecast error well below predicting zero."""
+    from recurbench.forecasters.training import TrainConfig, evaluate, train
+
+    from .windows import sine_windows
+
+    torch.manual_seed(0)
+    cfg = CFG.with_(n_features=1, n_marks=0, seq_len=24, label_len=12, pred_len=6)
+    train_set, test_set = sine_windows(cfg, 400), sine_windows(cfg, 120, offset=400)
+    model = build_network(name, cfg)
+    before = evaluate(model, test_set, cfg.pred_len)["mse"]
+    train(model, train_set, None, cfg.pred_len, TrainConfig(epochs=6, learning_rate=5e-3, lr_decay=0.8))
+    after = evaluate(model, test_set, cfg.pred_len)["mse"]
+    assert after < 0.25 * before and after < 0.25

@@ -1,0 +1,62 @@
+"""Informer's training scheme: lr halving, early stopping with the best weights, full-test evaluation."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+from torch.utils.data import TensorDataset
+
+from recurbench.forecasters.training import TrainConfig, evaluate, train
+
+
+class Scale(nn.Module):
+    """forecast = w * last input value, repeated: one parameter, easy to reason about."""
+
+    def __init__(self, w: float = 0.0, pred_len: int = 2) -> None:
+        super().__init__()
+        self.w = nn.Parameter(torch.tensor(w))
+        self.pred_len = pred_len
+
+    def forward(self, x, x_mark, y_mark):
+        return self.w * x[:, -1:, :].expand(-1, self.pred_len, -1)
+
+
+def windows(n: int, target_scale: float = 1.0) -> TensorDataset:
+    g = torch.Generator().manual_seed(n)
+    x = torch.randn(n, 3, 1, generator=g)
+    y = target_scale * x[:, -1:, :].expand(-1, 2, -1)
+    return TensorDataset(x, y, torch.zeros(n, 3, 0), torch.zeros(n, 2, 0))
+
+
+def test_learning_rate_halves_each_epoch_and_losses_are_recorded():
+    records = []
+    result = train(Scale(), windows(64), windows(16), 2, TrainConfig(epochs=3, batch_size=16), on_epoch=records.append)
+    assert [r.learning_rate for r in result.epochs] == [1e-4, 5e-5, 2.5e-5]
+    assert records == result.epochs and all(r.batches == 4 for r in records)
+    assert all(r.val_loss is not None and r.train_loss > 0 for r in records)
+
+
+def test_early_stopping_restores_the_best_weights():
+    # Validation wants w = -1 while training pulls w towards +1: val loss gets worse every epoch.
+    model = Scale(w=0.0)
+    cfg = TrainConfig(epochs=6, batch_size=8, learning_rate=0.02, lr_decay=1.0, patience=3)
+    result = train(model, windows(64, 1.0), windows(32, -1.0), 2, cfg)
+    assert result.stopped_early and len(result.epochs) == 4 and result.best_epoch == 1
+    best_val = result.epochs[0].val_loss
+    assert abs(evaluate(model, windows(32, -1.0), 2)["mse"] - best_val) < 1e-9
+
+
+def test_max_train_batches_caps_an_epoch():
+    result = train(Scale(), windows(100), None, 2, TrainConfig(epochs=1, batch_size=10, max_train_batches=3))
+    assert result.epochs[0].batches == 3 and result.best_epoch is None
+
+
+def test_evaluate_averages_over_every_window_whatever_the_batch_size():
+    data = windows(37)  # not a multiple of any batch size used
+    model = Scale(w=0.5)
+    x, y = data.tensors[0], data.tensors[1]
+    err = 0.5 * x[:, -1:, :].expand(-1, 2, -1) - y
+    expected = {"mse": float(err.pow(2).mean()), "mae": float(err.abs().mean())}
+    for batch_size in (1, 8, 256):
+        got = evaluate(model, data, 2, batch_size=batch_size)
+        assert abs(got["mse"] - expected["mse"]) < 1e-6 and abs(got["mae"] - expected["mae"]) < 1e-6

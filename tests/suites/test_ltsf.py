@@ -1,0 +1,139 @@
+"""The ltsf suite: settings tables, validation before training, a tiny end-to-end run, the summary."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+
+from recurbench.errors import ConfigError
+from recurbench.suites.ltsf import LTSFSuite, paper_reference
+from recurbench.suites.runner import load_profile, run_suite, suite_file
+from recurbench.tracking import MemoryTracker
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    torch.set_num_threads(1)
+
+
+def custom_suite(tmp_path: Path, **changes) -> Path:
+    """The shipped suite with a tiny `quick` profile (changes applied on top)."""
+    raw = yaml.safe_load(suite_file("ltsf").read_text())
+    quick = raw["profiles"]["quick"]
+    quick["model"] = {**quick["model"], "d_model": 16, "d_ff": 16}
+    quick["training"] = {**quick["training"], "epochs": 2, "max_train_batches": 2, "max_val_batches": 1}
+    for key, value in changes.items():
+        quick[key] = value
+    path = tmp_path / "ltsf.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    return path
+
+
+def test_paper_profile_matches_informer_scripts_and_table5():
+    _, paper = load_profile("ltsf", "paper")
+    assert len(paper.datasets) * 4 * len(paper.models) == 96 and paper.seeds == 5
+    assert paper.windows["ETTh1"][24].model_dump() == {
+        "seq_len": 48, "label_len": 48, "e_layers": 2, "d_layers": 1, "factor": 3
+    }
+    assert paper.windows["WTH"][336].seq_len == 720 and paper.windows["ETTh2"][168].e_layers == 3
+    assert paper.model.distil is False and paper.model.d_model == 512
+    heads = paper.rem_heads["ETTh1"][24]["rsa_informer"]
+    assert heads.k == [0, 2, 2, 0, 2, 2] and heads.dilations == [24, 24, 24, 24]
+    # The malformed rows, as interpreted in ltsf.yaml.
+    assert paper.rem_heads["ETTm1"][24]["rsa_informer"].k == [0, 0, 0, 4, 2, 2]
+    assert paper.rem_heads["WTH"][168]["rsa_xl"].dilations == [48, 24, 24]
+    # Every RSA model x setting of the table has a head layout.
+    for dataset, horizons in paper.horizons.items():
+        for h in horizons:
+            assert set(paper.rem_heads[dataset][h]) == {"rsa_informer", "rsa_logsparse", "rsa_xl"}
+
+
+def test_paper_plan_validates_every_setting(data_dir):
+    suite, paper = load_profile("ltsf", "paper")
+    plans = suite.plan(paper, {"seeds": 1}, data_dir=str(data_dir))
+    assert len(plans) == 96
+    one = next(p for p in plans if p.name == "rsa_xl-ETTh1-336-s0")
+    assert one.tags == {"model": "rsa_xl", "dataset": "ETTh1", "horizon": "336"}
+    assert one.payload.network.rsa.dilations == (48, 24, 24)
+
+
+@pytest.mark.parametrize(
+    ("selection", "message"),
+    [
+        ({"models": ["informer", "transformer"]}, "unknown model 'transformer'"),
+        ({"datasets": ["ETTh3"]}, "unknown dataset 'ETTh3'"),
+        ({"horizons": ["720"]}, "no settings for horizon 720 of ETTh1"),
+        ({"horizons": ["soon"]}, "not an integer"),
+    ],
+)
+def test_bad_selection_fails_before_training(selection, message, data_dir):
+    tracker = MemoryTracker()
+    with pytest.raises(ConfigError, match=message):
+        run_suite("ltsf", "quick", tracker, selection=selection, data_dir=str(data_dir))
+    assert tracker.runs == []  # nothing started
+
+
+def test_horizon_longer_than_the_test_split(tmp_path, data_dir):
+    windows = {"ETTh1": {3000: {"seq_len": 48, "label_len": 48, "e_layers": 1, "d_layers": 1}}}
+    path = custom_suite(tmp_path, windows=windows, horizons={"ETTh1": [3000]}, models=["informer"])
+    with pytest.raises(ConfigError, match=r"ETTh1 \(horizon 3000\): .*split has 2928 rows.*too few for seq_len 48 \+ pred_len 3000"):
+        run_suite("ltsf", "quick", MemoryTracker(), config_path=path, data_dir=str(data_dir))
+
+
+@pytest.mark.parametrize(
+    ("heads", "message"),
+    [
+        ({"k": [0, 0, 0, 4, 4], "dilations": [2, 3, 6, 24, 2, 3, 6, 24]}, "six non-negative head counts"),
+        ({"k": [4, 0, 0, 4, 0, 0], "dilations": [24, 24]}, "need 4 dilation factors"),
+        ({"k": [4, 0, 0, 0, 0, 0], "dilations": []}, "sum to 4, but the model has 8 heads"),
+        ({"k": [4, 3, 1, 0, 0, 0], "dilations": []}, "pairs"),
+    ],
+)
+def test_invalid_rem_heads_fail_before_training(tmp_path, heads, message, data_dir):
+    path = custom_suite(tmp_path, rem_heads={"ETTh1": {24: {"rsa_informer": heads}}})
+    tracker = MemoryTracker()
+    with pytest.raises(ConfigError, match=message):
+        run_suite("ltsf", "quick", tracker, config_path=path, data_dir=str(data_dir))
+    assert tracker.runs == []
+
+
+def test_unknown_model_in_the_file_is_reported_with_its_path(tmp_path):
+    path = custom_suite(tmp_path, models=["informer", "rsa_informr"])
+    with pytest.raises(ConfigError, match=r"profiles\.quick\.models\.1: .*unknown model 'rsa_informr'"):
+        load_profile("ltsf", "quick", path)
+
+
+def test_tiny_run_logs_what_the_issue_asks(tmp_path, data_dir):
+    path = custom_suite(tmp_path)
+    tracker = MemoryTracker()
+    result = run_suite("ltsf", "quick", tracker, config_path=path, data_dir=str(data_dir))
+    assert not result.failed and len(result.outcomes) == 2
+    runs = {r.tags["model"]: r for r in tracker.runs if r.parent_id is not None}
+    for run in runs.values():
+        assert run.tags["dataset"] == "ETTh1" and run.tags["horizon"] == "24" and run.tags["seed"] == "0"
+        assert [step for step, _ in run.metrics["train_loss"]] == [1, 2]
+        assert [step for step, _ in run.metrics["val_loss"]] == [1, 2]
+        assert run.last("test_mse") > 0 and run.last("test_mae") > 0 and run.last("n_params") > 0
+        assert run.params["network.d_model"] == 16 and run.params["test_windows"] == 2857
+    rsa = runs["rsa_informer"]
+    gates = [k for k in rsa.metrics if k.startswith("gate.")]
+    assert sorted(gates) == ["gate.decoder.0.cross", "gate.decoder.0.self", "gate.encoder.0.self", "gate.encoder.1.self"]
+    assert "rem_parameters.json" in rsa.artifacts
+    assert not any(k.startswith("gate.") for k in runs["informer"].metrics)
+
+    header, rows = LTSFSuite().summary_rows(result.outcomes)
+    assert header[:8] == ["dataset", "horizon", "model", "seeds", "MSE", "MAE", "paper MSE", "paper MAE"]
+    by_model = {row[2]: row for row in rows}
+    assert by_model["rsa_informer"][6] == "0.414 ± 0.014" and by_model["informer"][7] == "0.632 ± 0.076"
+    assert by_model["informer"][4].endswith("± 0.000")
+
+
+def test_summary_mean_and_std_over_seeds():
+    from recurbench.suites.ltsf import _mean_std
+
+    assert _mean_std([1.0, 2.0, 3.0]) == "2.000 ± 1.000"
+    assert _mean_std([]) == "-"
+    assert paper_reference()[("WTH", 336, "RSA-XL")]["mse_mean"] == 0.816
