@@ -6,8 +6,6 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from recurbench.forecasters.layers.attention import AttentionLayer
-
 
 class FeedForward(nn.Module):
     """Position-wise d_model -> d_ff -> d_model with GELU (Informer's kernel-1 convolutions)."""
@@ -25,7 +23,7 @@ class FeedForward(nn.Module):
 class SelfAttentionBlock(nn.Module):
     """x -> norm(x + attn(x)) -> norm(x + ff(x)); Informer's encoder layer, LogSparse's decoder layer."""
 
-    def __init__(self, attention: AttentionLayer, d_model: int, d_ff: int, dropout: float) -> None:
+    def __init__(self, attention: nn.Module, d_model: int, d_ff: int, dropout: float) -> None:
         super().__init__()
         self.attention = attention
         self.ff = FeedForward(d_model, d_ff, dropout)

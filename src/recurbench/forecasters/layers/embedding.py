@@ -57,3 +57,13 @@ class DataEmbedding(nn.Module):
             positions = torch.arange(x.shape[1], device=x.device)
             out = out + sinusoid_table(positions, self.d_model)[None]
         return self.dropout(out)
+
+
+def append_horizon(
+    x: torch.Tensor, x_mark: torch.Tensor, y_mark: torch.Tensor, pred_len: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The input followed by ``pred_len`` zero placeholders, with the horizon's calendar features
+    (the last ``pred_len`` rows of ``y_mark``): what the decoder-only models read."""
+    z = torch.cat([x, x.new_zeros(x.shape[0], pred_len, x.shape[2])], dim=1)
+    z_mark = torch.cat([x_mark, y_mark[:, y_mark.shape[1] - pred_len :, :]], dim=1)
+    return z, z_mark

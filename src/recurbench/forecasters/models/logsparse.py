@@ -19,7 +19,7 @@ from torch import nn
 from recurbench.forecasters.config import ForecasterConfig, make_mixer
 from recurbench.forecasters.layers.attention import AttentionLayer, MaskedAttention, log_sparse_pattern
 from recurbench.forecasters.layers.blocks import SelfAttentionBlock
-from recurbench.forecasters.layers.embedding import DataEmbedding
+from recurbench.forecasters.layers.embedding import DataEmbedding, append_horizon
 
 
 class LogSparseTransformer(nn.Module):
@@ -53,8 +53,7 @@ class LogSparseTransformer(nn.Module):
 
     def forward(self, x: torch.Tensor, x_mark: torch.Tensor, y_mark: torch.Tensor) -> torch.Tensor:
         P = self.cfg.pred_len
-        z = torch.cat([x, x.new_zeros(x.shape[0], P, x.shape[2])], dim=1)
-        z_mark = torch.cat([x_mark, y_mark[:, y_mark.shape[1] - P :, :]], dim=1)
+        z, z_mark = append_horizon(x, x_mark, y_mark, P)
         h = self.embedding(z, z_mark)
         for block in self.blocks:
             h = block(h)

@@ -25,8 +25,8 @@ import torch
 from torch import nn
 
 from recurbench.forecasters.config import ForecasterConfig, make_mixer
-from recurbench.forecasters.layers.blocks import FeedForward
-from recurbench.forecasters.layers.embedding import DataEmbedding, sinusoid_table
+from recurbench.forecasters.layers.blocks import SelfAttentionBlock
+from recurbench.forecasters.layers.embedding import DataEmbedding, append_horizon, sinusoid_table
 
 
 class RelativeAttentionLayer(nn.Module):
@@ -76,16 +76,10 @@ class RelativeAttentionLayer(nn.Module):
         return self.out_proj(out.reshape(B, L, d))
 
 
-class XLBlock(nn.Module):
-    def __init__(self, attention: RelativeAttentionLayer, d_model: int, d_ff: int, dropout: float) -> None:
-        super().__init__()
-        self.attention = attention
-        self.ff = FeedForward(d_model, d_ff, dropout)
-        self.norm1 = nn.LayerNorm(d_model)
-        self.norm2 = nn.LayerNorm(d_model)
-        self.dropout = nn.Dropout(dropout)
+class XLBlock(SelfAttentionBlock):
+    """The shared post-norm block, its attention reading the previous segment's memory too."""
 
-    def forward(self, h: torch.Tensor, memory: torch.Tensor) -> torch.Tensor:
+    def forward(self, h: torch.Tensor, memory: torch.Tensor) -> torch.Tensor:  # type: ignore[override]
         h = self.norm1(h + self.dropout(self.attention(h, memory)))
         return self.norm2(h + self.ff(h))
 
@@ -134,8 +128,7 @@ class TransformerXL(nn.Module):
 
     def forward(self, x: torch.Tensor, x_mark: torch.Tensor, y_mark: torch.Tensor) -> torch.Tensor:
         P = self.cfg.pred_len
-        z = torch.cat([x, x.new_zeros(x.shape[0], P, x.shape[2])], dim=1)
-        z_mark = torch.cat([x_mark, y_mark[:, y_mark.shape[1] - P :, :]], dim=1)
+        z, z_mark = append_horizon(x, x_mark, y_mark, P)
         emb = self.embedding(z, z_mark)
         B, N, d = emb.shape
         memories = [emb.new_zeros(B, 0, d) for _ in self.blocks]
