@@ -39,6 +39,7 @@ def test_shipped_profiles_plan_every_pair_and_core():
     assert {p.tags["agent"] for p in plans} == {"lstm", "memlstm", "rellstm"}
     assert paper.total_timesteps == 5_000_000 and paper.eval_episodes >= 100
     definition, quick = load_profile("minigrid", "quick")
+    assert quick.envs == ["GoToObject", "GoToDoor"]
     narrowed = definition.plan(quick, {"envs": ["DoorKey"], "models": ["lstm"], "seeds": 2}, data_dir=None)
     assert [p.name for p in narrowed] == ["DoorKey-lstm-s0", "DoorKey-lstm-s1"]
 

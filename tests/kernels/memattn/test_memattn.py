@@ -109,7 +109,7 @@ triton_interpret = pytest.mark.skipif(
 def test_triton_kernel_equals_reference_step_by_step(nu: int, rho: int, A: int, H: int) -> None:
     pytest.importorskip("triton")
     g = torch.Generator().manual_seed(2)
-    B, S, T = 3, nu + rho, 3 * (nu + rho) + 2
+    B, S, T = 3, nu + rho, 2 * (nu + rho) + 2
     ref = _random_memory(B, S, A, H, g)
     fused = {k: t.clone() for k, t in ref.items()}
     v = torch.randn(A, generator=g)

@@ -88,15 +88,11 @@ def memory_attention_step_reference(
     scores = torch.where(is_new, torch.zeros_like(scores), scores)
     valid = torch.where(is_new | is_relevant, torch.ones_like(valid), valid)
 
-    # 2. additive attention over occupied slots (masked softmax; no slot -> alpha = 0, read = 0)
+    # 2. additive attention over occupied slots. Empty slots get -1e30 (exp underflows to exactly 0);
+    #    a memory with no occupied slot gives a uniform softmax, zeroed by the final mask: alpha = 0.
     occupied = valid > 0
-    e = (torch.tanh(query[:, None, :] + keys) * v).sum(-1)  # [B, S]
-    e = torch.where(occupied, e, float("-inf"))
-    m = e.amax(dim=1, keepdim=True)
-    m = torch.where(torch.isfinite(m), m, torch.zeros_like(m)).detach()
-    p = torch.where(occupied, torch.exp(e - m), torch.zeros_like(e))
-    denom = p.sum(dim=1, keepdim=True)
-    alpha = p / torch.where(denom > 0, denom, torch.ones_like(denom))
+    e = torch.tanh(query[:, None, :] + keys) @ v  # [B, S]
+    alpha = torch.softmax(e.masked_fill(~occupied, -1e30), dim=1) * occupied
     read = torch.bmm(alpha[:, None, :], values)[:, 0]  # [B, H]
 
     # 3. relevancy scores: detached attention received while in the short-term buffer
