@@ -72,6 +72,10 @@ class StudySpec:
     seed: int = 0
     pruner: str = "median"
     max_retry: int = 2
+    heartbeat_interval: int = 20
+    """Database storages: seconds between a running trial's heartbeats."""
+    grace_period: int = 60
+    """Database storages: a running trial silent for this long is failed (and retried)."""
     tracking_uri: str | None = None
     tags: dict[str, str] = field(default_factory=dict)
 
@@ -91,11 +95,28 @@ PRUNERS: dict[str, Callable[[], optuna.pruners.BasePruner]] = {
 }
 
 
-def make_storage(url: str | None, max_retry: int = 2) -> optuna.storages.BaseStorage:
+def is_journal(url: str | None) -> bool:
+    """Journal-file storages have no heartbeat; database storages do."""
+    return url is not None and (url.startswith("journal:") or url.endswith(".log"))
+
+
+def _retry_kwargs(max_retry: int) -> dict[str, Any]:
+    # Optuna >= 4.9 renamed the callback and its argument; older releases only know the first name.
+    try:
+        from optuna.storages import RetryHeartbeatStaleTrialCallback
+
+        return {"heartbeat_stale_trial_callback": RetryHeartbeatStaleTrialCallback(max_retry=max_retry)}
+    except ImportError:
+        return {"failed_trial_callback": RetryFailedTrialCallback(max_retry=max_retry)}
+
+
+def make_storage(
+    url: str | None, max_retry: int = 2, heartbeat_interval: int = 20, grace_period: int = 60
+) -> optuna.storages.BaseStorage:
     url = url or DEFAULT_STORAGE
     if url == DEFAULT_STORAGE:
         RESULTS_DIR.mkdir(parents=True, exist_ok=True)
-    if url.startswith("journal:") or url.endswith(".log"):
+    if is_journal(url):
         from optuna.storages.journal import JournalFileBackend, JournalStorage
 
         path = Path(url.removeprefix("journal:"))
@@ -106,9 +127,9 @@ def make_storage(url: str | None, max_retry: int = 2) -> optuna.storages.BaseSto
         return RDBStorage(
             url,
             engine_kwargs=engine_kwargs,
-            heartbeat_interval=20,
-            grace_period=60,
-            failed_trial_callback=RetryFailedTrialCallback(max_retry=max_retry),
+            heartbeat_interval=heartbeat_interval,
+            grace_period=grace_period,
+            **_retry_kwargs(max_retry),
         )
     except Exception as exc:  # a bad URL, a driver that is not installed, a server that is down
         raise ConfigError(f"cannot open Optuna storage {url!r}: {exc}") from None
@@ -142,7 +163,7 @@ def load_study(spec: StudySpec, direction: str, worker: int = 0) -> optuna.Study
     # start-up trials W times.
     return optuna.create_study(
         study_name=spec.study_name,
-        storage=make_storage(spec.storage, spec.max_retry),
+        storage=make_storage(spec.storage, spec.max_retry, spec.heartbeat_interval, spec.grace_period),
         sampler=optuna.samplers.TPESampler(seed=spec.seed + 1000 * worker, multivariate=True, group=True),
         pruner=PRUNERS[spec.pruner](),
         direction=direction,
@@ -232,7 +253,7 @@ def run_study(spec: StudySpec, objective: Objective, tracker: Tracker | None = N
     study = load_study(spec, objective.direction)
     storage_url = spec.storage or DEFAULT_STORAGE
     recovered: list[int] = []
-    if not isinstance(study._storage, RDBStorage):
+    if is_journal(spec.storage):
         recovered = recover_stale_trials(study, spec.max_retry)
     experiment = experiment_name(objective.suite)
     parent_id = study.user_attrs.get(PARENT_RUN_ATTR)
