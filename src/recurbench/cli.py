@@ -377,16 +377,55 @@ def report_cmd(
         console.print(f"figures logged to MLflow parent run {report.logged_to_run} (artifacts/report)")
 
 
-@bench_app.command("rem", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
-def bench_rem_cmd() -> None:
-    """REM operator: dense vs chunked speed, memory and error."""
-    raise NotBuiltError("`recurbench bench rem` (issue: Kernels) is not implemented yet")
+@bench_app.command("rem")
+def bench_rem_cmd(
+    seq_len: Annotated[int, typer.Option("--seq-len", help="Sequence length T.")] = 4096,
+    heads: Annotated[int, typer.Option("--heads", help="Heads H (cycling through the six REM types).")] = 8,
+    head_dim: Annotated[int, typer.Option("--head-dim", help="Head dimension D.")] = 64,
+    batch: Annotated[int, typer.Option("--batch", help="Batch size B.")] = 4,
+    masked: Annotated[bool, typer.Option("--masked/--unmasked", help="Masked (causal) or bidirectional REMs.")] = False,
+    sweep: Annotated[bool, typer.Option("--sweep", help="Also run T = 512, 1024, 2048, 4096, 8192.")] = False,
+    repeats: Annotated[int, typer.Option("--repeats", help="Timed repetitions (median).")] = 3,
+    threads: Annotated[int, typer.Option("--threads", help="torch CPU threads.")] = 2,
+    as_json: JsonOpt = False,
+) -> None:
+    """REM operator: dense (paper, App. D.1) vs the default path (chunked on CPU, Triton on CUDA)."""
+    from recurbench.kernels.rem.bench import bench_rem, bench_rem_sweep
+
+    kw = dict(heads=heads, head_dim=head_dim, batch=batch, masked=masked, repeats=repeats, threads=threads)
+    result: dict[str, Any] = bench_rem(seq_len, **kw)
+    if sweep:
+        result = {"main": result, "sweep": bench_rem_sweep(**kw)}
+    if as_json:
+        return _print_json(result)
+    rows = [result] if not sweep else [result["main"], *result["sweep"]["rows"]]
+    cols = ["seq_len", "max_abs_err", "time_dense_fwd_bwd_s", "time_default_fwd_bwd_s", "speedup_fwd_bwd",
+            "peak_mem_dense_bytes", "peak_mem_default_bytes", "peak_mem_ratio"]
+    fmt = lambda x: f"{x:.4g}" if isinstance(x, float) else ("-" if x is None else x)  # noqa: E731
+    console.print(_table(f"REM operator, H={heads} D={head_dim} B={batch} ({rows[0]['device']}, "
+                         f"{rows[0]['default_impl']})", cols, [[fmt(r.get(c)) for c in cols] for r in rows]))
 
 
-@bench_app.command("rsa", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
-def bench_rsa_cmd() -> None:
+@bench_app.command("rsa")
+def bench_rsa_cmd(
+    seq_len: Annotated[int, typer.Option("--seq-len", help="Sequence length (Informer encoder: 96).")] = 96,
+    heads: Annotated[int, typer.Option("--heads", help="Heads.")] = 8,
+    head_dim: Annotated[int, typer.Option("--head-dim", help="Head dimension (d_model = heads x head_dim).")] = 64,
+    batch: Annotated[int, typer.Option("--batch", help="Batch size.")] = 32,
+    k1_k6: Annotated[str, typer.Option("--k", help="REM head counts k1..k6 (Table 5 notation).")] = "(0,2,2,0,2,2)",
+    dilations: Annotated[str, typer.Option("--dilations", help="Dilations of the dilated heads, or '-'.")] = "[24,24,24,24]",
+    repeats: Annotated[int, typer.Option("--repeats", help="Timed steps per round (3 interleaved rounds).")] = 10,
+    threads: Annotated[int, typer.Option("--threads", help="torch CPU threads.")] = 2,
+    as_json: JsonOpt = False,
+) -> None:
     """Training-step overhead of an RSA attention layer over the same layer without REMs."""
-    raise NotBuiltError("`recurbench bench rsa` (issue: Kernels) is not implemented yet")
+    from recurbench.kernels.rem.bench import bench_rsa
+
+    result = bench_rsa(seq_len, heads, head_dim, batch, k1_k6=k1_k6, dilations=dilations, repeats=repeats,
+                       threads=threads)
+    if as_json:
+        return _print_json(result)
+    console.print(_table("RSA layer training step", ["field", "value"], [[k, v] for k, v in result.items()]))
 
 
 @bench_app.command("forecast")

@@ -1,0 +1,264 @@
+"""Benchmarks of the REM operator and of an RSA attention layer; each returns a plain dict.
+
+* :func:`bench_rem` -- dense reference ("paper", App. D.1) vs the default path (chunked on CPU,
+  Triton on CUDA): forward error, forward+backward time, peak memory.
+* :func:`bench_rem_sweep` -- the default path over T = 512 ... 8192 (dense where it fits), with the
+  time per token to show linear scaling.
+* :func:`bench_rsa` -- training-step time of an RSA attention layer over the same layer without REMs.
+
+Peak memory on CPU: PyTorch has no CPU allocator statistics, so each measurement runs in a fresh
+Python subprocess that builds its inputs, runs a tiny warm-up, resets the kernel's resident-set high-water mark
+(``echo 5 > /proc/self/clear_refs``), runs one forward+backward and reads ``VmHWM`` from
+``/proc/self/status``; the peak is ``VmHWM`` minus the resident size just before the run, i.e. the
+physical memory the operation touched on top of its inputs. On CUDA: ``torch.cuda.max_memory_allocated``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from recurbench.kernels.rem import rem_apply
+
+SIX_TYPES = (("regular", 1), ("cos", 1), ("sin", 1), ("regular", 24), ("cos", 24), ("sin", 24))
+
+
+def default_heads(n_heads: int, dilation: int = 24) -> tuple[list[str], list[int]]:
+    """Heads cycling through the paper's six REM types (dilated ones with ``dilation``)."""
+    kinds = [SIX_TYPES[h % 6][0] for h in range(n_heads)]
+    dils = [1 if SIX_TYPES[h % 6][1] == 1 else dilation for h in range(n_heads)]
+    return kinds, dils
+
+
+def _inputs(cfg: dict[str, Any]) -> tuple[torch.Tensor, dict[str, Any]]:
+    gen = torch.Generator().manual_seed(0)
+    dtype = getattr(torch, cfg["dtype"])
+    device = torch.device(cfg["device"])
+    B, T, H, D = cfg["batch"], cfg["seq_len"], cfg["heads"], cfg["head_dim"]
+    v = torch.randn(B, T, H, D, generator=gen, dtype=dtype).to(device).requires_grad_()
+    kinds, dils = default_heads(H, cfg["dilation"])
+    # Sec. 3 initialisation: eta over [-2, -1] U [1, 2], nu over [1, 2], theta = pi / 4.
+    eta = torch.tensor([(1 + (h % 2)) * (-1) ** h for h in range(H)], dtype=dtype, device=device)
+    nu = torch.linspace(1, 2, H, dtype=dtype, device=device)
+    params = {
+        "kind": kinds, "dilation": dils, "masked": cfg["masked"], "truncate": cfg["truncate"],
+        "eta": eta.requires_grad_(), "nu": nu.requires_grad_(),
+        "theta": torch.full((H,), math.pi / 4, dtype=dtype, device=device, requires_grad=True),
+    }
+    return v, params
+
+
+def _fwd_bwd(v: torch.Tensor, params: dict[str, Any], impl: str | None) -> None:
+    y = rem_apply(v, impl=impl, **params)
+    y.backward(torch.ones_like(y))
+
+
+def _timeit(fn: Callable[[], None], repeats: int, device: torch.device) -> float:
+    """Median wall time of ``repeats`` calls after one warm-up."""
+    fn()
+    times = []
+    for _ in range(repeats):
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        fn()
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def _status_kib(field: str) -> int:
+    with open("/proc/self/status") as fh:
+        for line in fh:
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+    raise RuntimeError(f"{field} not in /proc/self/status")
+
+
+def _peak_worker(cfg: dict[str, Any], impl: str | None) -> int:
+    """Runs in a fresh process: bytes of resident memory one forward+backward adds to its inputs."""
+    torch.set_num_threads(cfg["threads"])
+    # One tiny run first, so that one-time initialisation (libraries, thread pools) is not counted.
+    _fwd_bwd(*_inputs({**cfg, "seq_len": 64, "batch": 1}), impl)
+    v, params = _inputs(cfg)
+    try:
+        with open("/proc/self/clear_refs", "w") as fh:
+            fh.write("5")  # reset VmHWM to the current RSS
+    except OSError:
+        pass
+    before = _status_kib("VmRSS")
+    _fwd_bwd(v, params, impl)
+    return (_status_kib("VmHWM") - before) * 1024
+
+
+def peak_memory(cfg: dict[str, Any], impl: str | None) -> int:
+    """Peak extra memory (bytes) of one forward+backward (see the module docstring for the method)."""
+    if cfg["device"] == "cuda":
+        v, params = _inputs(cfg)
+        torch.cuda.synchronize()
+        base = torch.cuda.memory_allocated()
+        torch.cuda.reset_peak_memory_stats()
+        _fwd_bwd(v, params, impl)
+        torch.cuda.synchronize()
+        return torch.cuda.max_memory_allocated() - base
+    code = (
+        "import json, sys; from recurbench.kernels.rem.bench import _peak_worker; "
+        "print(_peak_worker(json.loads(sys.argv[1]), json.loads(sys.argv[2])))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code, json.dumps(cfg), json.dumps(impl)], capture_output=True, text=True, check=True
+    )
+    return int(done.stdout.strip().splitlines()[-1])
+
+
+def dense_bytes_estimate(seq_len: int, heads: int, batch: int, itemsize: int = 4) -> int:
+    """Rough peak of the dense path: P and its exponent/mask temporaries per head, plus dP per batch."""
+    return (batch + 6) * heads * seq_len * seq_len * itemsize
+
+
+def bench_rem(
+    seq_len: int = 4096,
+    heads: int = 8,
+    head_dim: int = 64,
+    batch: int = 4,
+    *,
+    masked: bool = False,
+    dilation: int = 24,
+    truncate: int | None = None,
+    dtype: str = "float32",
+    device: str | None = None,
+    repeats: int = 3,
+    threads: int = 2,
+    dense: bool = True,
+    dense_max_bytes: float = 8e9,
+    memory: bool = True,
+) -> dict[str, Any]:
+    """Dense (paper) vs default path for one shape: error, fwd+bwd time, peak memory.
+
+    Heads cycle through the six REM types (dilated ones with ``dilation``). The dense path is skipped
+    (its fields ``None``) when ``dense_bytes_estimate`` exceeds ``dense_max_bytes``."""
+    torch.set_num_threads(threads)
+    device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+    cfg = {
+        "seq_len": seq_len, "heads": heads, "head_dim": head_dim, "batch": batch, "masked": masked,
+        "dilation": dilation, "truncate": truncate, "dtype": dtype, "device": device, "threads": threads,
+    }
+    dev = torch.device(device)
+    v, params = _inputs(cfg)
+    default_impl = "triton" if dev.type == "cuda" else "chunked"
+    result: dict[str, Any] = {
+        **{k: cfg[k] for k in ("seq_len", "heads", "head_dim", "batch", "masked", "dilation", "truncate", "dtype")},
+        "device": torch.cuda.get_device_name() if dev.type == "cuda" else "cpu",
+        "threads": torch.get_num_threads(), "default_impl": default_impl,
+        "time_default_fwd_bwd_s": _timeit(lambda: _fwd_bwd(v, params, default_impl), repeats, dev),
+    }
+    run_dense = dense and dense_bytes_estimate(seq_len, heads, batch) <= dense_max_bytes
+    result["dense_skipped"] = None if run_dense else "dense_bytes_estimate above dense_max_bytes"
+    if run_dense:
+        with torch.no_grad():
+            ref = rem_apply(v.double(), impl="naive", **{**params, **_double(params)})
+            y_default = rem_apply(v, impl=default_impl, **params)
+            y_dense = rem_apply(v, impl="naive", **params)
+            result["max_abs_err"] = (y_default - y_dense).abs().max().item()
+            result["max_abs_err_vs_fp64"] = {
+                "default": (y_default.double() - ref).abs().max().item(),
+                "dense": (y_dense.double() - ref).abs().max().item(),
+                "output_max_abs": ref.abs().max().item(),
+            }
+            del ref, y_default, y_dense
+        result["time_dense_fwd_bwd_s"] = _timeit(lambda: _fwd_bwd(v, params, "naive"), max(1, repeats - 1), dev)
+        result["speedup_fwd_bwd"] = result["time_dense_fwd_bwd_s"] / result["time_default_fwd_bwd_s"]
+    else:
+        result.update(max_abs_err=None, max_abs_err_vs_fp64=None, time_dense_fwd_bwd_s=None, speedup_fwd_bwd=None)
+    if memory:
+        del v, params
+        result["peak_mem_default_bytes"] = peak_memory(cfg, default_impl)
+        result["peak_mem_dense_bytes"] = peak_memory(cfg, "naive") if run_dense else None
+        result["peak_mem_ratio"] = (
+            result["peak_mem_dense_bytes"] / max(result["peak_mem_default_bytes"], 1) if run_dense else None
+        )
+        result["peak_mem_method"] = (
+            "torch.cuda.max_memory_allocated" if dev.type == "cuda"
+            else "fresh process: VmHWM - VmRSS around one fwd+bwd (after clear_refs)"
+        )
+    return result
+
+
+def _double(params: dict[str, Any]) -> dict[str, Any]:
+    return {k: params[k].detach().double() for k in ("eta", "nu", "theta")}
+
+
+def bench_rem_sweep(
+    seq_lens: tuple[int, ...] = (512, 1024, 2048, 4096, 8192), **kwargs: Any
+) -> dict[str, Any]:
+    """:func:`bench_rem` over several T, plus the default path's time per 1k tokens (flat = linear)."""
+    rows = [bench_rem(t, **kwargs) for t in seq_lens]
+    per_k = [r["time_default_fwd_bwd_s"] / r["seq_len"] * 1000 for r in rows]
+    return {"rows": rows, "default_ms_per_1k_tokens": [1000 * p for p in per_k],
+            "linearity_max_over_min": max(per_k) / min(per_k)}
+
+
+def bench_rsa(
+    seq_len: int = 96,
+    heads: int = 8,
+    head_dim: int = 64,
+    batch: int = 32,
+    *,
+    k1_k6: str = "(0,2,2,0,2,2)",
+    dilations: str = "[24,24,24,24]",
+    causal: bool = False,
+    repeats: int = 10,
+    threads: int = 2,
+    device: str | None = None,
+) -> dict[str, Any]:
+    """Training step (forward, backward, Adam step) of :class:`RSAFullAttention` with and without REMs.
+
+    Defaults: Informer's size (d_model = 512, 8 heads, encoder input 96, batch 32) and its Table 5 head
+    configuration for ETTh1 (k = (0,2,2,0,2,2), d = [24,24,24,24])."""
+    from recurbench.forecasters.layers.rsa import REMHeadConfig, RSAFullAttention
+
+    torch.set_num_threads(threads)
+    device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+    dev = torch.device(device)
+    d_model = heads * head_dim
+    heads_cfg = REMHeadConfig.from_table5(k1_k6, dilations)
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(batch, seq_len, d_model, generator=gen).to(dev)
+    target = torch.randn(batch, seq_len, d_model, generator=gen).to(dev)
+
+    def make_step(cfg: REMHeadConfig | None) -> Callable[[], None]:
+        torch.manual_seed(0)
+        layer = RSAFullAttention(d_model, heads, cfg, causal=causal).to(dev)
+        opt = torch.optim.Adam(layer.parameters(), lr=1e-4)
+
+        def step() -> None:
+            opt.zero_grad(set_to_none=True)
+            loss = torch.nn.functional.mse_loss(layer(x), target)
+            loss.backward()
+            opt.step()
+
+        return step
+
+    base_step, rsa_step = make_step(None), make_step(heads_cfg)
+    # Interleave the two so that load from other processes hits both alike.
+    base_t, rsa_t = [], []
+    for _ in range(3):
+        base_t.append(_timeit(base_step, repeats, dev))
+        rsa_t.append(_timeit(rsa_step, repeats, dev))
+    t_base, t_rsa = min(base_t), min(rsa_t)
+    return {
+        "seq_len": seq_len, "heads": heads, "head_dim": head_dim, "d_model": d_model, "batch": batch,
+        "k1_k6": heads_cfg.k, "dilations": heads_cfg.dilations, "causal": causal,
+        "device": torch.cuda.get_device_name() if dev.type == "cuda" else "cpu", "threads": torch.get_num_threads(),
+        "time_baseline_step_s": t_base, "time_rsa_step_s": t_rsa,
+        "overhead_ratio": t_rsa / t_base, "overhead_pct": 100 * (t_rsa / t_base - 1),
+    }
