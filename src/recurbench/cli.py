@@ -485,10 +485,15 @@ def bench_rl_cmd(
     if as_json:
         return _print_json(result)
     peer = result.get("fps_sb3_contrib")
-    rows = [[core, f"{fps:.0f}", f"{result['ratio'][core]:.2f}x" if peer else "-"] for core, fps in result["fps"].items()]
+    rows = [
+        [core, f"{fps:.0f}", f"{result['ratio'][core]:.2f}x" if peer else "-", f"{result['fps_cpu'][core]:.0f}",
+         f"{result['ratio_cpu'][core]:.2f}x" if peer else "-"]
+        for core, fps in result["fps"].items()
+    ]
     if peer:
-        rows.append(["sb3-contrib RecurrentPPO (LSTM)", f"{peer:.0f}", "1.00x"])
-    console.print(_table(f"PPO training steps/s on {env_id} ({n_envs} envs x {n_steps} steps)", ["agent", "steps/s", "vs sb3-contrib"], rows))
+        rows.append(["sb3-contrib RecurrentPPO (LSTM)", f"{peer:.0f}", "1.00x", f"{result['fps_sb3_contrib_cpu']:.0f}", "1.00x"])
+    header = ["agent", "steps/s (wall)", "vs sb3-contrib", "steps/CPU-s", "vs sb3-contrib (CPU)"]
+    console.print(_table(f"PPO training steps/s on {env_id} ({n_envs} envs x {n_steps} steps)", header, rows))
 
 
 if __name__ == "__main__":

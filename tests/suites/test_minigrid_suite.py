@@ -97,3 +97,4 @@ def test_bench_rl_json_reports_fps_peer_and_ratio():
     out = json.loads(result.output[result.output.index("{"):])
     assert out["fps"]["lstm"] > 0 and out["fps_sb3_contrib"] > 0
     assert out["ratio"]["lstm"] == pytest.approx(out["fps"]["lstm"] / out["fps_sb3_contrib"])
+    assert out["ratio_cpu"]["lstm"] == pytest.approx(out["fps_cpu"]["lstm"] / out["fps_sb3_contrib_cpu"])

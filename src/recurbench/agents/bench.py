@@ -32,11 +32,13 @@ class BenchSettings:
     seed: int = 0
 
 
-def _timed_learn(model: Any, steps: int, warmup: int) -> float:
+def _timed_learn(model: Any, steps: int, warmup: int) -> tuple[float, float]:
+    """Steps per wall-clock second and per CPU second of this process (the latter is robust to other
+    processes sharing the cores: envs and network run in this one thread)."""
     model.learn(warmup)  # first rollout + update: allocations, lazy imports
-    start = time.perf_counter()
+    start, start_cpu = time.perf_counter(), time.process_time()
     model.learn(steps, reset_num_timesteps=True)
-    return steps / (time.perf_counter() - start)
+    return steps / (time.perf_counter() - start), steps / (time.process_time() - start_cpu)
 
 
 def bench_rl(
@@ -46,17 +48,21 @@ def bench_rl(
     include_sb3_contrib: bool = True,
     progress: Callable[[str], None] = lambda _: None,
 ) -> dict[str, Any]:
-    """``{"fps": {core: steps/s}, "fps_sb3_contrib": steps/s, "ratio": {core: fps / fps_sb3_contrib}, ...}``."""
+    """``{"fps": {core: steps/s}, "fps_sb3_contrib": steps/s, "ratio": {core: fps / fps_sb3_contrib}, ...}``
+    (wall clock), and the same per CPU second of this process under ``fps_cpu``, ``fps_sb3_contrib_cpu``
+    and ``ratio_cpu``."""
     torch.set_num_threads(settings.threads)
     s = settings
     warmup = s.n_envs * s.n_steps
     ppo = PPOSettings(n_envs=s.n_envs, n_steps=s.n_steps, batch_size=s.batch_size, n_epochs=s.n_epochs)
     fps: dict[str, float] = {}
+    fps_cpu: dict[str, float] = {}
     for core in cores:
         progress(core)
         model = make_agent(core, s.env_id, ppo, CoreSettings(hidden_size=s.hidden_size), seed=s.seed)
-        fps[core] = _timed_learn(model, s.total_steps, warmup)
-    out: dict[str, Any] = {"fps": fps, "settings": asdict(s), "device": "cpu", "torch_threads": s.threads}
+        fps[core], fps_cpu[core] = _timed_learn(model, s.total_steps, warmup)
+    out: dict[str, Any] = {"fps": fps, "fps_cpu": fps_cpu, "settings": asdict(s), "device": "cpu",
+                           "torch_threads": s.threads}
     if include_sb3_contrib:
         from sb3_contrib import RecurrentPPO
 
@@ -67,6 +73,7 @@ def bench_rl(
             ent_coef=ppo.ent_coef, vf_coef=ppo.vf_coef, clip_range=ppo.clip_range, max_grad_norm=ppo.max_grad_norm,
             policy_kwargs={"lstm_hidden_size": s.hidden_size}, seed=s.seed, device="cpu",
         )
-        out["fps_sb3_contrib"] = _timed_learn(peer, s.total_steps, warmup)
+        out["fps_sb3_contrib"], out["fps_sb3_contrib_cpu"] = _timed_learn(peer, s.total_steps, warmup)
         out["ratio"] = {core: v / out["fps_sb3_contrib"] for core, v in fps.items()}
+        out["ratio_cpu"] = {core: v / out["fps_sb3_contrib_cpu"] for core, v in fps_cpu.items()}
     return out
