@@ -159,20 +159,26 @@ class AttentionLayer(nn.Module):
         return self.out_proj(out.reshape(B, Lq, -1))
 
 
-def log_sparse_pattern(local_window: int = 0) -> PatternFn:
+class LogSparsePattern:
     """LogSparse's pattern (Li et al. 2019, Sec. 3.3): query i sees itself and keys i - 2^m (m >= 0);
     with ``local_window`` w > 0 it also sees every key within i - w < j <= i (the local variant).
-    Square and causal; queries and keys index the same sequence."""
+    Square and causal; queries and keys index the same sequence. A class (not a closure) so that
+    fitted models pickle."""
 
-    def pattern(n_queries: int, n_keys: int, device: torch.device) -> torch.Tensor:
+    def __init__(self, local_window: int = 0) -> None:
+        self.local_window = local_window
+
+    def __call__(self, n_queries: int, n_keys: int, device: torch.device) -> torch.Tensor:
         i = torch.arange(n_queries, device=device)[:, None]
         j = torch.arange(n_keys, device=device)[None, :]
         lag = i - j
         positive = lag.clamp(min=1)
         power_of_two = (positive & (positive - 1)) == 0
         allowed = (lag == 0) | ((lag > 0) & power_of_two)
-        if local_window > 0:
-            allowed = allowed | ((lag >= 0) & (lag < local_window))
+        if self.local_window > 0:
+            allowed = allowed | ((lag >= 0) & (lag < self.local_window))
         return allowed
 
-    return pattern
+
+def log_sparse_pattern(local_window: int = 0) -> PatternFn:
+    return LogSparsePattern(local_window)
