@@ -46,6 +46,18 @@ def _lane_rows(c, n_steps, r, d, offs_i, C: tl.constexpr, REVERSE: tl.constexpr)
 
 
 @triton.jit
+def _lane(pid, LANES, n_lanes, T, C: tl.constexpr):
+    """Program id -> batch b, head h, residue r, dilation d, lane length and chunk count."""
+    b = pid // n_lanes
+    lane = pid % n_lanes
+    h = tl.load(LANES + 3 * lane)
+    r = tl.load(LANES + 3 * lane + 1)
+    d = tl.load(LANES + 3 * lane + 2)
+    n_steps = (T - r + d - 1) // d
+    return b, h, r, d, n_steps, (n_steps + C - 1) // C
+
+
+@triton.jit
 def _rem_fwd_kernel(
     X, Y, FTAB, ZRE, ZIM, COEF, LANES,
     T, D, n_lanes, n_lookback, kt,
@@ -54,13 +66,7 @@ def _rem_fwd_kernel(
     REVERSE: tl.constexpr, TRUNCATED: tl.constexpr, ACCUMULATE: tl.constexpr, PREC: tl.constexpr,
 ):
     pid = tl.program_id(0)
-    b = pid // n_lanes
-    lane = pid % n_lanes
-    h = tl.load(LANES + 3 * lane)
-    r = tl.load(LANES + 3 * lane + 1)
-    d = tl.load(LANES + 3 * lane + 2)
-    n_steps = (T - r + d - 1) // d
-    n_chunks = (n_steps + C - 1) // C
+    b, h, r, d, n_steps, n_chunks = _lane(pid, LANES, n_lanes, T, C)
 
     offs_i = tl.arange(0, C)
     offs_d = tl.program_id(1) * BD + tl.arange(0, BD)
@@ -117,13 +123,7 @@ def _rem_dparam_kernel(
 ):
     """PARTIAL[pid, blk] += sum_t <dY_t, W_t>, W_t = sum_{s before t} (lag) z^(lag - 1) x_s (complex)."""
     pid = tl.program_id(0)
-    b = pid // n_lanes
-    lane = pid % n_lanes
-    h = tl.load(LANES + 3 * lane)
-    r = tl.load(LANES + 3 * lane + 1)
-    d = tl.load(LANES + 3 * lane + 2)
-    n_steps = (T - r + d - 1) // d
-    n_chunks = (n_steps + C - 1) // C
+    b, h, r, d, n_steps, n_chunks = _lane(pid, LANES, n_lanes, T, C)
 
     offs_i = tl.arange(0, C)
     offs_d = tl.program_id(1) * BD + tl.arange(0, BD)
