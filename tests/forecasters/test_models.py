@@ -38,6 +38,7 @@ def test_forecast_shape_and_gradients(name):
     if ARCHITECTURES[name].rsa:
         assert gates and all(abs(v - torch.sigmoid(torch.tensor(1.0)).item()) < 1e-6 for v in gates.values())
         assert all(len(p["lambda"]) == CFG.n_heads for p in rem.values())
+        assert all(len(p["kind"]) == CFG.n_heads and set(p["kind"]) <= {"regular", "cos", "sin"} for p in rem.values())
     else:
         assert gates == {} and rem == {}
 

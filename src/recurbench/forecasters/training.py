@@ -183,4 +183,6 @@ def rsa_state(model: nn.Module) -> tuple[dict[str, float], dict[str, dict[str, l
             key: torch.as_tensor(value).detach().float().flatten().tolist()
             for key, value in dict(mixer.rem_parameters()).items()
         }
+        # The REM type of each head (regular / cos / sin): the numbers alone cannot tell cos from sin.
+        params[name]["kind"] = list(mixer.kinds)
     return gates, params

@@ -59,16 +59,16 @@ def loss_curves(curves: pd.DataFrame, test: pd.DataFrame) -> Figure | None:
         for model in [m for m in LTSF_MODEL_ORDER if m in set(here["model"])] + sorted(set(here["model"]) - set(LTSF_MODEL_ORDER)):
             mean = here[here["model"] == model].groupby("step")["value"].mean()
             style = _model_style(model)
-            ax.plot(mean.index + 1, mean.to_numpy(), marker=".", label=model, **style)
+            ax.plot(mean.index, mean.to_numpy(), marker=".", label=model, **style)  # steps are epochs 1..n
             t = test[(test["dataset"] == dataset) & (test["horizon"] == horizon) & (test["model"] == model)]["mean"]
             if len(t) and not math.isnan(float(t.iloc[0])):
-                ax.plot([last + 2], [float(t.iloc[0])], marker="*", markersize=11, color=style["color"], linestyle="none")
+                ax.plot([last + 1], [float(t.iloc[0])], marker="*", markersize=11, color=style["color"], linestyle="none")
         ax.set_title(f"{dataset}, horizon {horizon}")
         ax.set_xlabel("epoch (★ = test MSE)")
         ax.set_ylabel("validation MSE")
         ax.grid(alpha=0.3)
     axes[0].legend(fontsize=8)
-    fig.suptitle("Validation loss per epoch and test MSE (mean over seeds)")
+    fig.suptitle("Validation MSE per epoch, ★ test MSE\n(mean over seeds)", fontsize=10)
     return fig
 
 
