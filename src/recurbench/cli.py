@@ -291,23 +291,30 @@ def tune_cmd(
     data_dir: DataDirOpt = None,
 ) -> None:
     """Optuna studies over REM head counts, dilations and gate initialisation; resumable, multi-worker."""
-    if suite == "minigrid":
-        raise NotBuiltError("`recurbench tune minigrid` (nu, rho, window M, PPO settings) is not implemented yet")
-    if suite != "ltsf":
-        raise RecurbenchError(f"unknown suite {suite!r} for tune; choose ltsf or minigrid")
-    if dataset is None or horizon is None:
-        raise RecurbenchError("tune ltsf needs --dataset and --horizon")
-    from recurbench.tuning.objectives import LTSFObjective, write_best_ltsf_profile
+    from recurbench.tuning.objectives import LTSFObjective, MinigridObjective, write_best_ltsf_profile
     from recurbench.tuning.study import StudySpec, default_study_name, load_study, run_study
 
-    objective = LTSFObjective(model, dataset, horizon, profile, data_dir, tune_lr, seed)
+    objective: LTSFObjective | MinigridObjective
+    if suite == "ltsf":
+        if dataset is None or horizon is None:
+            raise RecurbenchError("tune ltsf needs --dataset and --horizon")
+        objective = LTSFObjective(model, dataset, horizon, profile, data_dir, tune_lr, seed)
+        target = [dataset, str(horizon)]
+        tags = {"dataset": dataset, "horizon": str(horizon)}
+    elif suite == "minigrid":
+        if env is None:
+            raise RecurbenchError("tune minigrid needs --env (a pair from `recurbench list envs`)")
+        objective = MinigridObjective(model, env, profile, seed)
+        target, tags = [env], {"env": env}
+    else:
+        raise RecurbenchError(f"unknown suite {suite!r} for tune; choose ltsf or minigrid")
     objective.job  # noqa: B018 - resolve (and validate) the suite job before any worker starts
     spec = StudySpec(
-        study_name=study_name or default_study_name(suite, model, dataset, str(horizon), profile),
+        study_name=study_name or default_study_name(suite, model, *target, profile),
         n_trials=trials, storage=storage, workers=workers, timeout=timeout, seed=seed, pruner=pruner,
-        tracking_uri=tracking_uri, tags={"suite": suite, "profile": profile, "model": model, "dataset": dataset, "horizon": str(horizon)},
+        tracking_uri=tracking_uri, tags={"suite": suite, "profile": profile, "model": model, **tags},
     )
-    if enqueue_paper:
+    if enqueue_paper and isinstance(objective, LTSFObjective):
         study = load_study(spec, objective.direction)
         params = objective.paper_params()
         if params is None:
@@ -318,13 +325,16 @@ def tune_cmd(
         result = run_study(spec, objective)
     console.print(_table(f"study {result.study_name}", ["key", "value"], [
         ["storage", result.storage], ["trials", json.dumps(result.counts)], ["best trial", result.best_trial],
-        ["best validation loss", result.best_value], ["best params", json.dumps(result.best_params)],
+        ["best " + ("validation loss" if suite == "ltsf" else "training-env reward"), result.best_value],
+        ["best params", json.dumps(result.best_params)],
         ["recovered stale trials", result.recovered], ["MLflow parent run", result.parent_run_id],
     ]))
-    if best_out and result.best_trial is not None:
+    if best_out and result.best_trial is not None and isinstance(objective, LTSFObjective):
         study = load_study(spec, objective.direction)
         write_best_ltsf_profile(objective, study.best_trial, best_out)
         console.print(f"best configuration written to {best_out}: recurbench run ltsf --config {best_out} --profile tuned")
+    elif best_out:
+        err_console.print("[yellow]--best-out writes LTSF suite files only; the best parameters are in the table and MLflow[/yellow]")
 
 
 @app.command("compare")

@@ -143,3 +143,27 @@ def test_bad_specs_are_refused():
         run_study(StudySpec("s", 1, storage="postgresql://nobody@127.0.0.1:1/none"), Quadratic(), MemoryTracker())
 
 
+
+
+def test_minigrid_objective_tunes_memory_sizes_on_the_training_env_only(tmp_path, monkeypatch):
+    from recurbench.agents import training
+    from recurbench.tuning.objectives import MinigridObjective
+
+    evaluated = []
+    real = training.evaluate
+
+    def spy(model, env_id, n_episodes, **kw):
+        evaluated.append(env_id)
+        return real(model, env_id, n_episodes, **kw)
+
+    monkeypatch.setattr(training, "evaluate", spy)
+    tracker = MemoryTracker()
+    objective = MinigridObjective("rellstm", "GoToObject", total_timesteps=1024)
+    spec = StudySpec("mg", 2, storage=f"sqlite:///{tmp_path / 'o.db'}", pruner="none")
+    result = run_study(spec, objective, tracker)
+    assert result.counts["complete"] == 2 and 0.0 <= result.best_value <= 1.0
+    assert set(evaluated) == {"MiniGrid-GoToObject-6x6-N2-v0"}  # the test env is never touched
+    assert 1 <= result.best_params["nu"] <= 16 and 0 <= result.best_params["rho"] <= 16
+    assert result.best_params["bptt_len"] in (8, 16, 32)
+    trial_runs = [r for r in tracker.runs if r.tags.get("role") == "trial"]
+    assert all("rollout_reward" in r.metrics for r in trial_runs)  # intermediate values, for the pruner

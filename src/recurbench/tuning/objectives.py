@@ -153,3 +153,88 @@ def write_best_ltsf_profile(objective: LTSFObjective, best: optuna.trial.FrozenT
     with os.fdopen(fd, "w") as fh:
         yaml.safe_dump(doc, fh, sort_keys=False)
     os.replace(tmp, target)
+
+
+@dataclass
+class MinigridObjective(Objective):
+    """Tunes a memory core's sizes (RelLSTM: nu, rho and the BPTT length; MemLSTM: the window M) and
+    PPO's learning rate and entropy coefficient, maximising the mean episodic reward on the
+    *training* environment (the larger test environment is never touched while tuning). The rolling
+    mean reward is reported after every rollout so the pruner can stop bad trials early."""
+
+    model: str
+    env: str
+    profile: str = "quick"
+    seed: int = 0
+    total_timesteps: int | None = None
+    """Override of the profile's budget per trial."""
+
+    suite = "minigrid"
+    direction = "maximize"
+
+    @cached_property
+    def job(self) -> Any:
+        from recurbench.agents import CORES
+        from recurbench.envs import ENV_PAIRS
+        from recurbench.suites.runner import load_profile
+
+        if self.model not in CORES:
+            raise ConfigError(f"--model {self.model!r}: unknown core; known: {', '.join(CORES)}")
+        if self.env not in ENV_PAIRS:
+            raise ConfigError(f"--env {self.env!r}: unknown env pair; known: {', '.join(ENV_PAIRS)}")
+        _, cfg = load_profile("minigrid", self.profile)
+        return ENV_PAIRS[self.env], cfg
+
+    def describe(self) -> dict[str, Any]:
+        pair, cfg = self.job
+        return {"model": self.model, "env": self.env, "train_env": pair.train, "profile": self.profile,
+                "total_timesteps": self.total_timesteps or cfg.total_timesteps}
+
+    def suggest(self, trial: optuna.Trial) -> tuple[Any, Any]:
+        """(PPOSettings, CoreSettings) for one trial."""
+        from recurbench.envs.minigrid import env_max_steps
+
+        pair, cfg = self.job
+        ppo_updates: dict[str, Any] = {
+            "learning_rate": trial.suggest_float("learning_rate", 1e-4, 3e-3, log=True),
+            "ent_coef": trial.suggest_float("ent_coef", 1e-4, 5e-2, log=True),
+        }
+        core_updates: dict[str, Any] = {}
+        if self.model == "rellstm":
+            core_updates["nu"] = trial.suggest_int("nu", 1, 16)
+            core_updates["rho"] = trial.suggest_int("rho", 0, 16)
+            ppo_updates["seq_len"] = trial.suggest_categorical("bptt_len", [8, 16, 32])
+        elif self.model == "memlstm":
+            core_updates["memory_window"] = trial.suggest_int("memory_window", 4, env_max_steps(pair.train), log=True)
+        return cfg.ppo.model_copy(update=ppo_updates), cfg.core.model_copy(update=core_updates)
+
+    def __call__(self, trial: optuna.Trial, run: RunHandle) -> float:
+        import numpy as np
+        import torch
+        from stable_baselines3.common.callbacks import BaseCallback
+
+        from recurbench.agents.training import evaluate, make_agent
+        from recurbench.seeding import seed_everything
+
+        pair, cfg = self.job
+        ppo, core = self.suggest(trial)
+        run.log_params({"ppo": ppo.model_dump(), "core": core.model_dump()})
+        seed_everything(self.seed)
+        torch.set_num_threads(1)
+        report = self.report
+
+        class ReportReward(BaseCallback):
+            def _on_step(self) -> bool:
+                return True
+
+            def _on_rollout_end(self) -> None:
+                episodes = self.model.ep_info_buffer
+                if episodes:
+                    report(trial, run, float(np.mean([ep["r"] for ep in episodes])), self.num_timesteps, "rollout_reward")
+
+        agent = make_agent(self.model, pair.train, ppo, core, seed=self.seed)
+        try:
+            agent.learn(self.total_timesteps or cfg.total_timesteps, callback=ReportReward())
+        finally:
+            agent.get_env().close()
+        return evaluate(agent, pair.train, cfg.eval_episodes, seed=self.seed + 10_000)
