@@ -80,6 +80,22 @@ def test_two_worker_processes_share_one_study(tmp_path):
     assert workers == {"0", "1"}
 
 
+def _peek(path, spec):
+    """Trial states by count, read without creating anything: opening an Optuna storage on a
+    database the worker is still initialising races with its schema creation."""
+    if not path.exists():
+        return {}
+    if spec.storage.startswith("journal:"):
+        return {s.name: len(ts) for s, ts in _states(spec).items()}
+    import sqlite3
+
+    try:
+        with sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=5) as db:
+            return dict(db.execute("SELECT state, COUNT(*) FROM trials GROUP BY state").fetchall())
+    except sqlite3.OperationalError:  # tables not created yet, or locked for a moment
+        return {}
+
+
 @pytest.mark.parametrize("storage", ["journal", "sqlite"])
 def test_a_killed_study_resumes_without_losing_or_repeating_trials(tmp_path, storage):
     # journal: the launcher fails and re-enqueues the dead worker's trial when the study restarts;
@@ -97,20 +113,24 @@ def test_a_killed_study_resumes_without_losing_or_repeating_trials(tmp_path, sto
         run_study(spec, Quadratic(sleep=0.4), MemoryTracker())
         """
     )
-    proc = subprocess.Popen([sys.executable, "-c", script])
+    log = open(tmp_path / "worker.log", "w")  # noqa: SIM115 - closed in finally
+    proc = subprocess.Popen([sys.executable, "-W", "ignore", "-c", script], stderr=log)
     try:
         deadline = time.time() + 120
         while time.time() < deadline:
             time.sleep(0.3)
-            if path.exists():
-                states = _states(spec)
-                if len(states[TrialState.COMPLETE]) + len(states[TrialState.PRUNED]) >= 2 and states[TrialState.RUNNING]:
-                    break
+            if proc.poll() is not None:
+                pytest.fail(f"the worker exited early ({proc.returncode}):\n{(tmp_path / 'worker.log').read_text()[-3000:]}")
+            counts = _peek(path, spec)
+            if counts.get("COMPLETE", 0) + counts.get("PRUNED", 0) >= 2 and counts.get("RUNNING", 0):
+                break
         else:
             pytest.fail("the study did not get going")
     finally:
-        os.kill(proc.pid, signal.SIGKILL)
+        if proc.poll() is None:
+            os.kill(proc.pid, signal.SIGKILL)
         proc.wait()
+        log.close()
     before = _states(spec)
     finished_before = {t.number: t.value for t in before[TrialState.COMPLETE] + before[TrialState.PRUNED]}
     (stale,) = before[TrialState.RUNNING]
