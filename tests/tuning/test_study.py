@@ -86,12 +86,20 @@ def _peek(path, spec):
     if not path.exists():
         return {}
     if spec.storage.startswith("journal:"):
-        return {s.name: len(ts) for s, ts in _states(spec).items()}
+        states = _states(spec)
+        counts = {s.name: len(ts) for s, ts in states.items()}
+        counts["RUNNING_WITH_PARAMS"] = sum(1 for t in states[TrialState.RUNNING] if t.params)
+        return counts
     import sqlite3
 
     try:
         with sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=5) as db:
-            return dict(db.execute("SELECT state, COUNT(*) FROM trials GROUP BY state").fetchall())
+            counts = dict(db.execute("SELECT state, COUNT(*) FROM trials GROUP BY state").fetchall())
+            counts["RUNNING_WITH_PARAMS"] = db.execute(
+                "SELECT COUNT(DISTINCT t.trial_id) FROM trials t JOIN trial_params p ON p.trial_id = t.trial_id "
+                "WHERE t.state = 'RUNNING'"
+            ).fetchone()[0]
+            return counts
     except sqlite3.OperationalError:  # tables not created yet, or locked for a moment
         return {}
 
@@ -122,7 +130,9 @@ def test_a_killed_study_resumes_without_losing_or_repeating_trials(tmp_path, sto
             if proc.poll() is not None:
                 pytest.fail(f"the worker exited early ({proc.returncode}):\n{(tmp_path / 'worker.log').read_text()[-3000:]}")
             counts = _peek(path, spec)
-            if counts.get("COMPLETE", 0) + counts.get("PRUNED", 0) >= 2 and counts.get("RUNNING", 0):
+            # Kill it mid-trial, once the running trial has drawn its parameters (a trial killed
+            # before that has nothing to retry but a fresh draw).
+            if counts.get("COMPLETE", 0) + counts.get("PRUNED", 0) >= 2 and counts.get("RUNNING_WITH_PARAMS", 0):
                 break
         else:
             pytest.fail("the study did not get going")
