@@ -27,14 +27,21 @@ from typing import Any
 import torch
 from pydantic import BaseModel
 
-from recurbench.config import StrictModel, check_names, known_name
+from recurbench.config import StrictModel, known_name
 from recurbench.data import DATASETS
 from recurbench.data.protocol import LTSFData, WindowSpec, prepare
 from recurbench.errors import ConfigError, DataError
 from recurbench.forecasters.config import ForecasterConfig, RSASpec
 from recurbench.forecasters.models import ARCHITECTURES, build_network
 from recurbench.forecasters.training import TrainConfig, count_parameters, evaluate, rsa_state, train
-from recurbench.suites.runner import ProgressFn, RunOutcome, RunPlan, SuiteDefinition
+from recurbench.suites.runner import (
+    ProgressFn,
+    RunOutcome,
+    RunPlan,
+    SuiteDefinition,
+    selected_names,
+    selected_seeds,
+)
 from recurbench.tracking import RunHandle
 
 # ------------------------------------------------------------------------------------------ profile
@@ -148,13 +155,9 @@ class LTSFSuite(SuiteDefinition):
 
     def plan(self, profile: BaseModel, selection: Mapping[str, Any], *, data_dir: str | None) -> list[RunPlan]:
         assert isinstance(profile, LTSFProfile)
-        datasets = list(selection.get("datasets") or profile.datasets)
-        models = list(selection.get("models") or profile.models)
-        check_names(datasets, DATASETS, "dataset", "--datasets")
-        check_names(models, ARCHITECTURES, "model", "--models")
-        seeds = int(selection.get("seeds") or profile.seeds)
-        if seeds < 1:
-            raise ConfigError(f"seeds must be at least 1, got {seeds}")
+        datasets = selected_names(selection, "datasets", profile.datasets, DATASETS, "dataset")
+        models = selected_names(selection, "models", profile.models, ARCHITECTURES, "model")
+        seeds = selected_seeds(selection, profile.seeds)
         chosen_horizons = _selected_horizons(selection["horizons"]) if selection.get("horizons") else None
         ms, ts = profile.model, profile.training
         training = TrainConfig(

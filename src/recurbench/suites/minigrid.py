@@ -27,10 +27,17 @@ from pydantic import AfterValidator, BaseModel, Field
 
 from recurbench.agents import CORES
 from recurbench.agents.training import CoreSettings, PPOSettings
-from recurbench.config import StrictModel, check_names
+from recurbench.config import StrictModel
 from recurbench.envs import ENV_PAIRS
 from recurbench.errors import ConfigError
-from recurbench.suites.runner import ProgressFn, RunOutcome, RunPlan, SuiteDefinition
+from recurbench.suites.runner import (
+    ProgressFn,
+    RunOutcome,
+    RunPlan,
+    SuiteDefinition,
+    selected_names,
+    selected_seeds,
+)
 from recurbench.tracking import RunHandle
 
 
@@ -71,13 +78,9 @@ class MinigridSuite(SuiteDefinition):
 
     def plan(self, profile: BaseModel, selection: Mapping[str, Any], *, data_dir: str | None) -> list[RunPlan]:
         assert isinstance(profile, MinigridProfile)
-        envs = list(selection.get("envs") or profile.envs)
-        models = list(selection.get("models") or profile.models)
-        check_names(envs, ENV_PAIRS, "env pair", "--envs")
-        check_names(models, CORES, "memory core", "--models")
-        seeds = int(selection.get("seeds") or profile.seeds)
-        if seeds < 1:
-            raise ConfigError(f"--seeds: must be at least 1, got {seeds}")
+        envs = selected_names(selection, "envs", profile.envs, ENV_PAIRS, "env pair")
+        models = selected_names(selection, "models", profile.models, CORES, "memory core")
+        seeds = selected_seeds(selection, profile.seeds)
         if profile.ppo.n_steps % profile.ppo.seq_len or profile.ppo.batch_size % profile.ppo.seq_len:
             raise ConfigError(
                 f"ppo: n_steps ({profile.ppo.n_steps}) and batch_size ({profile.ppo.batch_size}) must be "

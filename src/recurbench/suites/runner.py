@@ -30,7 +30,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from recurbench.config import StrictModel, read_yaml, validate
+from recurbench.config import StrictModel, check_names, read_yaml, validate
 from recurbench.errors import ConfigError, RecurbenchError
 from recurbench.seeding import seed_everything
 from recurbench.tracking import RunHandle, Tracker, experiment_name, standard_tags
@@ -98,6 +98,24 @@ class SuiteDefinition(ABC):
             for o in outcomes
         ]
         return ["run", "status", *keys], rows
+
+
+def selected_names(
+    selection: Mapping[str, Any], key: str, default: Sequence[str], known: Mapping[str, Any], what: str
+) -> list[str]:
+    """The command line's ``--<key>`` choice, else the profile's ``default``; each name checked
+    against ``known`` (a typo in the profile itself is already caught when the profile is validated)."""
+    names = list(selection.get(key) or default)
+    check_names(names, known, what, f"--{key}")
+    return names
+
+
+def selected_seeds(selection: Mapping[str, Any], default: int) -> int:
+    """``--seeds`` if given, else the profile's seed count; at least one."""
+    seeds = int(selection.get("seeds") or default)
+    if seeds < 1:
+        raise ConfigError(f"seeds: must be at least 1 (from --seeds or the profile), got {seeds}")
+    return seeds
 
 
 def _definitions() -> dict[str, Callable[[], SuiteDefinition]]:
