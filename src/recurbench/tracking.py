@@ -15,6 +15,7 @@ The default store is embedded: ``sqlite:///results/mlflow.db`` with artifacts un
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import subprocess
@@ -52,6 +53,7 @@ def flatten(params: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
     return flat
 
 
+@functools.lru_cache(maxsize=1)
 def git_commit() -> str | None:
     """The commit of the source tree recurbench runs from, if it is a git checkout."""
     here = Path(__file__).resolve().parent
@@ -105,17 +107,17 @@ class RunHandle(ABC):
         self.log_text(json.dumps(data, indent=2, sort_keys=True, default=str), artifact_file)
 
     def log_text(self, text: str, artifact_file: str) -> None:
-        with tempfile.TemporaryDirectory() as tmp:
-            path = Path(tmp) / Path(artifact_file).name
-            path.write_text(text)
-            parent = str(Path(artifact_file).parent)
-            self.log_artifact(path, None if parent == "." else parent)
+        self._log_written(artifact_file, lambda path: path.write_text(text))
 
     def log_figure(self, figure: Any, artifact_file: str) -> None:
         """Save a matplotlib figure as an artifact."""
+        self._log_written(artifact_file, lambda path: figure.savefig(path, dpi=120, bbox_inches="tight"))
+
+    def _log_written(self, artifact_file: str, write: Any) -> None:
+        """``write(path)`` into a temporary file named like ``artifact_file``, then log it there."""
         with tempfile.TemporaryDirectory() as tmp:
             path = Path(tmp) / Path(artifact_file).name
-            figure.savefig(path, dpi=120, bbox_inches="tight")
+            write(path)
             parent = str(Path(artifact_file).parent)
             self.log_artifact(path, None if parent == "." else parent)
 
@@ -124,7 +126,7 @@ class Tracker(ABC):
     """Opens runs. ``with tracker.run(...) as run:`` ends the run FINISHED, or FAILED if it raises."""
 
     @abstractmethod
-    def _start(self, experiment: str, name: str, tags: dict[str, str], parent: RunHandle | None) -> RunHandle: ...
+    def _start(self, experiment: str, name: str, tags: dict[str, str], parent_id: str | None) -> RunHandle: ...
 
     @abstractmethod
     def _end(self, run: RunHandle, status: str) -> None: ...
@@ -136,9 +138,11 @@ class Tracker(ABC):
         *,
         experiment: str,
         tags: Mapping[str, Any] | None = None,
-        parent: RunHandle | None = None,
+        parent: RunHandle | str | None = None,
     ) -> Iterator[RunHandle]:
-        handle = self._start(experiment, name, {k: str(v) for k, v in (tags or {}).items()}, parent)
+        """``parent``: the parent run, or its id (e.g. a study's parent run seen from a worker process)."""
+        parent_id = parent if isinstance(parent, str) or parent is None else parent.run_id
+        handle = self._start(experiment, name, {k: str(v) for k, v in (tags or {}).items()}, parent_id)
         try:
             yield handle
         except KeyboardInterrupt:
@@ -195,8 +199,8 @@ class MemoryTracker(Tracker):
     def __init__(self) -> None:
         self.runs: list[RecordedRun] = []
 
-    def _start(self, experiment: str, name: str, tags: dict[str, str], parent: RunHandle | None) -> RunHandle:
-        run = RecordedRun(f"run-{len(self.runs)}", experiment, name, dict(tags), parent.run_id if parent else None)
+    def _start(self, experiment: str, name: str, tags: dict[str, str], parent_id: str | None) -> RunHandle:
+        run = RecordedRun(f"run-{len(self.runs)}", experiment, name, dict(tags), parent_id)
         self.runs.append(run)
         return run
 
@@ -289,11 +293,11 @@ class MlflowTracker(Tracker):
                     self._experiments[experiment] = found.experiment_id
         return self._experiments[experiment]
 
-    def _start(self, experiment: str, name: str, tags: dict[str, str], parent: RunHandle | None) -> RunHandle:
+    def _start(self, experiment: str, name: str, tags: dict[str, str], parent_id: str | None) -> RunHandle:
         from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID
 
-        if parent is not None:
-            tags = {**tags, MLFLOW_PARENT_RUN_ID: parent.run_id}
+        if parent_id is not None:
+            tags = {**tags, MLFLOW_PARENT_RUN_ID: parent_id}
         run = self.client.create_run(self.experiment_id(experiment), run_name=name, tags=tags)
         return MlflowRun(self.client, run.info.run_id)
 

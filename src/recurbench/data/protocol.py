@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import csv
 import os
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -431,6 +430,3 @@ def prepare(
         time_feature_names=time_feature_names(series.step),
     )
 
-
-def dataset_names() -> Sequence[str]:
-    return list(DATASETS)

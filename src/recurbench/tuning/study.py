@@ -184,18 +184,10 @@ def _stop_at(n_trials: int) -> Callable[[optuna.Study, optuna.trial.FrozenTrial]
 def _trial_fn(objective: Objective, tracker: Tracker, parent_id: str, tags: dict[str, str]) -> Callable[[optuna.Trial], float]:
     experiment = experiment_name(objective.suite)
 
-    class _Parent(RunHandle):  # a handle to the parent run, only for its id
-        run_id = parent_id
-
-        def log_params(self, params): ...  # noqa: D401
-        def log_metrics(self, metrics, step=None): ...
-        def set_tags(self, tags): ...
-        def log_artifact(self, path, artifact_path=None): ...
-
     def run_trial(trial: optuna.Trial) -> float:
         pruned: optuna.TrialPruned | None = None
         with tracker.run(
-            f"trial-{trial.number}", experiment=experiment, parent=_Parent(),
+            f"trial-{trial.number}", experiment=experiment, parent=parent_id,
             tags=standard_tags(**tags, role="trial", trial=trial.number, study=trial.study.study_name),
         ) as run:
             try:
