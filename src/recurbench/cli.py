@@ -286,12 +286,12 @@ def tune_cmd(
     seed: Annotated[int, typer.Option("--seed", help="Seed of the TPE sampler and of every trial's training.")] = 0,
     tune_lr: Annotated[bool, typer.Option("--tune-lr", help="Also tune the learning rate.")] = False,
     enqueue_paper: Annotated[bool, typer.Option("--enqueue-paper", help="Evaluate the profile's (paper's Table 5) head layout as the first trial.")] = False,
-    best_out: Annotated[str | None, typer.Option("--best-out", help="Write the best configuration as a suite YAML (profile 'tuned').")] = None,
+    best_out: Annotated[str | None, typer.Option("--best-out", help="Write the best configuration as a suite YAML that `recurbench run SUITE --config FILE --profile tuned` accepts.")] = None,
     tracking_uri: TrackingOpt = None,
     data_dir: DataDirOpt = None,
 ) -> None:
     """Optuna studies over REM head counts, dilations and gate initialisation; resumable, multi-worker."""
-    from recurbench.tuning.objectives import LTSFObjective, MinigridObjective, write_best_ltsf_profile
+    from recurbench.tuning.objectives import LTSFObjective, MinigridObjective, write_best_profile
     from recurbench.tuning.study import StudySpec, default_study_name, load_study, run_study
 
     objective: LTSFObjective | MinigridObjective
@@ -329,12 +329,10 @@ def tune_cmd(
         ["best params", json.dumps(result.best_params)],
         ["recovered stale trials", result.recovered], ["MLflow parent run", result.parent_run_id],
     ]))
-    if best_out and result.best_trial is not None and isinstance(objective, LTSFObjective):
+    if best_out and result.best_trial is not None:
         study = load_study(spec, objective.direction)
-        write_best_ltsf_profile(objective, study.best_trial, best_out)
-        console.print(f"best configuration written to {best_out}: recurbench run ltsf --config {best_out} --profile tuned")
-    elif best_out:
-        err_console.print("[yellow]--best-out writes LTSF suite files only; the best parameters are in the table and MLflow[/yellow]")
+        write_best_profile(objective, study.best_trial, best_out)
+        console.print(f"best configuration written to {best_out}: recurbench run {suite} --config {best_out} --profile tuned")
 
 
 @app.command("compare")

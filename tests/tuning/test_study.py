@@ -12,6 +12,7 @@ import textwrap
 import time
 from dataclasses import dataclass
 
+import optuna
 import pytest
 from optuna.trial import TrialState
 
@@ -197,3 +198,38 @@ def test_minigrid_objective_tunes_memory_sizes_on_the_training_env_only(tmp_path
     assert result.best_params["bptt_len"] in (8, 16, 32)
     trial_runs = [r for r in tracker.runs if r.tags.get("role") == "trial"]
     assert all("rollout_reward" in r.metrics for r in trial_runs)  # intermediate values, for the pruner
+
+    # The best configuration as a suite file that `recurbench run minigrid` accepts.
+    from recurbench.suites.runner import load_profile
+    from recurbench.tuning.objectives import write_best_profile
+
+    best = load_study(spec, "maximize").best_trial
+    write_best_profile(objective, best, str(tmp_path / "tuned.yaml"))
+    definition, profile = load_profile("minigrid", "tuned", tmp_path / "tuned.yaml")
+    (plan,) = definition.plan(profile, {}, data_dir=None)
+    _pair, core, tuned = plan.payload
+    assert core == "rellstm" and tuned.envs == ["GoToObject"]
+    assert (tuned.core.nu, tuned.core.rho, tuned.ppo.seq_len) == (best.params["nu"], best.params["rho"], best.params["bptt_len"])
+    assert tuned.ppo.learning_rate == best.params["learning_rate"]
+
+
+def test_the_best_ltsf_configuration_is_a_suite_file_run_accepts(tmp_path, data_dir):
+    from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
+
+    from recurbench.suites.runner import load_profile
+    from recurbench.tuning.objectives import LTSFObjective, write_best_profile
+
+    objective = LTSFObjective("rsa_informer", "ETTh1", 24, "quick", str(data_dir))
+    params = {"cyclical_pairs": 2, "dilated_regular_fraction": 0.0, "dilated_pairs_fraction": 0.5,
+              "dilation_0": 24, "dilation_1": 2, "gate_init": 2.0}
+    dists = {"cyclical_pairs": IntDistribution(0, 4), "dilated_regular_fraction": FloatDistribution(0, 1),
+             "dilated_pairs_fraction": FloatDistribution(0, 1), "dilation_0": CategoricalDistribution([2, 4, 24]),
+             "dilation_1": CategoricalDistribution([2, 4, 24]), "gate_init": FloatDistribution(-3, 3)}
+    best = optuna.trial.create_trial(params=params, distributions=dists, value=1.0,
+                                     user_attrs={"k": [4, 1, 1, 0, 1, 1], "dilations": [24, 2]})
+    write_best_profile(objective, best, str(tmp_path / "tuned.yaml"))
+    definition, profile = load_profile("ltsf", "tuned", tmp_path / "tuned.yaml")
+    (plan,) = definition.plan(profile, {}, data_dir=str(data_dir))
+    rsa = plan.payload.network.rsa
+    assert (rsa.k, rsa.dilations, rsa.gate_init) == ((4, 1, 1, 0, 1, 1), (24, 2), 2.0)
+    assert plan.tags == {"model": "rsa_informer", "dataset": "ETTh1", "horizon": "24"}

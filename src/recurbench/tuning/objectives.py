@@ -82,6 +82,21 @@ class LTSFObjective(Objective):
             params["learning_rate"] = self.job.training.learning_rate
         return params
 
+    def tuned_profile(self, base: dict[str, Any], best: optuna.trial.FrozenTrial) -> dict[str, Any]:
+        """``base`` narrowed to this dataset/horizon/model, with the best REM heads, gate init (and lr)."""
+        tuned: dict[str, Any] = {
+            **base,
+            "datasets": [self.dataset],
+            "horizons": {self.dataset: [self.horizon]},
+            "models": [self.model],
+            "model": {**base.get("model", {}), "gate_init": float(best.params["gate_init"])},
+            "rem_heads": {self.dataset: {self.horizon: {self.model: {
+                "k": list(best.user_attrs["k"]), "dilations": list(best.user_attrs["dilations"])}}}},
+        }
+        if "learning_rate" in best.params:
+            tuned["training"] = {**base.get("training", {}), "learning_rate": float(best.params["learning_rate"])}
+        return tuned
+
     def __call__(self, trial: optuna.Trial, run: RunHandle) -> float:
         import torch
 
@@ -115,10 +130,11 @@ class LTSFObjective(Objective):
         return float(result.best_val_loss)
 
 
-def write_best_ltsf_profile(objective: LTSFObjective, best: optuna.trial.FrozenTrial, path: str, profile_name: str = "tuned") -> None:
-    """Write a suite file holding the study's profile narrowed to its dataset/horizon/model, with the
-    best trial's REM heads, gate initialisation (and learning rate): ``recurbench run ltsf --config
-    PATH --profile tuned`` trains it. Written to a temporary file first, then moved into place."""
+def write_best_profile(objective: LTSFObjective | MinigridObjective, best: optuna.trial.FrozenTrial, path: str,
+                       profile_name: str = "tuned") -> None:
+    """Write a suite file whose one profile is the study's profile narrowed to its target and set to
+    the best trial's configuration: ``recurbench run SUITE --config PATH --profile tuned`` trains it.
+    Written to a temporary file first, then moved into place."""
     import os
     import tempfile
     from pathlib import Path
@@ -128,24 +144,11 @@ def write_best_ltsf_profile(objective: LTSFObjective, best: optuna.trial.FrozenT
     from recurbench.config import read_yaml
     from recurbench.suites.runner import suite_file
 
-    raw = read_yaml(suite_file("ltsf"))
-    base = dict(raw["profiles"][objective.profile])
-    tuned: dict[str, Any] = {
-        **base,
-        "datasets": [objective.dataset],
-        "horizons": {objective.dataset: [objective.horizon]},
-        "models": [objective.model],
-        "model": {**base.get("model", {}), "gate_init": float(best.params["gate_init"])},
-        "rem_heads": {objective.dataset: {objective.horizon: {objective.model: {
-            "k": list(best.user_attrs["k"]), "dilations": list(best.user_attrs["dilations"])}}}},
-    }
-    if "learning_rate" in best.params:
-        tuned["training"] = {**base.get("training", {}), "learning_rate": float(best.params["learning_rate"])}
+    base = dict(read_yaml(suite_file(objective.suite))["profiles"][objective.profile])
     doc = {
-        "suite": "ltsf",
-        "description": f"Best trial {best.number} (validation loss {best.value:.6g}) of an Optuna study on "
-        f"{objective.model} / {objective.dataset} / horizon {objective.horizon} (profile {objective.profile}).",
-        "profiles": {profile_name: tuned},
+        "suite": objective.suite,
+        "description": f"Best trial {best.number} (value {best.value:.6g}) of an Optuna study: {objective.describe()}",
+        "profiles": {profile_name: objective.tuned_profile(base, best)},
     }
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
@@ -207,6 +210,11 @@ class MinigridObjective(Objective):
         elif self.model == "memlstm":
             core_updates["memory_window"] = trial.suggest_int("memory_window", 4, env_max_steps(pair.train), log=True)
         return cfg.ppo.model_copy(update=ppo_updates), cfg.core.model_copy(update=core_updates)
+
+    def tuned_profile(self, base: dict[str, Any], best: optuna.trial.FrozenTrial) -> dict[str, Any]:
+        """``base`` narrowed to this env pair and core, with the best trial's PPO and core settings."""
+        ppo, core = self.suggest(optuna.trial.FixedTrial(best.params))
+        return {**base, "envs": [self.env], "models": [self.model], "ppo": ppo.model_dump(), "core": core.model_dump()}
 
     def __call__(self, trial: optuna.Trial, run: RunHandle) -> float:
         import numpy as np
