@@ -11,7 +11,7 @@ import pytest
 from typer.testing import CliRunner
 
 from recurbench.cli import app
-from recurbench.errors import DataError
+from recurbench.errors import DataError, RecurbenchError
 
 runner = CliRunner()
 
@@ -73,3 +73,9 @@ def test_console_script_prints_one_clear_error_and_exits_1(tmp_path):
     assert proc.returncode == 1
     assert "Traceback" not in proc.stderr
     assert "line 3 (data row 2), column 'x': non-numeric value 'oops'" in " ".join(proc.stderr.split())
+
+
+def test_bench_rsa_rejects_an_unknown_rem_path():
+    result = runner.invoke(app, ["bench", "rsa", "--impl", "fast"])
+    assert isinstance(result.exception, RecurbenchError)
+    assert "--impl must be one of naive, chunked, triton, got 'fast'" in str(result.exception)

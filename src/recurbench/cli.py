@@ -422,15 +422,22 @@ def bench_rsa_cmd(
     batch: Annotated[int, typer.Option("--batch", help="Batch size.")] = 32,
     k1_k6: Annotated[str, typer.Option("--k", help="REM head counts k1..k6 (Table 5 notation).")] = "(0,2,2,0,2,2)",
     dilations: Annotated[str, typer.Option("--dilations", help="Dilations of the dilated heads, or '-'.")] = "[24,24,24,24]",
+    causal: Annotated[bool, typer.Option("--causal", help="Masked (decoder) self-attention.")] = False,
+    impl: Annotated[
+        str | None, typer.Option("--impl", help="REM path: naive, chunked or triton (default: the device's default).")
+    ] = None,
     repeats: Annotated[int, typer.Option("--repeats", help="Timed steps per round (3 interleaved rounds).")] = 10,
     threads: Annotated[int, typer.Option("--threads", help="torch CPU threads.")] = 2,
     as_json: JsonOpt = False,
 ) -> None:
     """Training-step overhead of an RSA attention layer over the same layer without REMs."""
+    from recurbench.kernels.rem import IMPLS
     from recurbench.kernels.rem.bench import bench_rsa
 
-    result = bench_rsa(seq_len, heads, head_dim, batch, k1_k6=k1_k6, dilations=dilations, repeats=repeats,
-                       threads=threads)
+    if impl is not None and impl not in IMPLS:
+        raise RecurbenchError(f"--impl must be one of {', '.join(IMPLS)}, got {impl!r}")
+    result = bench_rsa(seq_len, heads, head_dim, batch, k1_k6=k1_k6, dilations=dilations, causal=causal, impl=impl,
+                       repeats=repeats, threads=threads)
     if as_json:
         return _print_json(result)
     console.print(_table("RSA layer training step", ["field", "value"], [[k, v] for k, v in result.items()]))

@@ -38,7 +38,8 @@ class Mixer(Protocol):
 
 
 class FullAttention(nn.Module):
-    """Softmax attention; ``causal`` masks keys after the query (square self-attention only)."""
+    """Softmax attention; ``causal`` masks keys after the query (square self-attention only: a
+    non-square call, i.e. cross-attention, is never masked)."""
 
     def __init__(self, *, causal: bool = False, dropout: float = 0.0) -> None:
         super().__init__()
@@ -48,7 +49,7 @@ class FullAttention(nn.Module):
     def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         out = F.scaled_dot_product_attention(
             q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
-            dropout_p=self.dropout if self.training else 0.0, is_causal=self.causal,
+            dropout_p=self.dropout if self.training else 0.0, is_causal=self.causal and q.shape[1] == k.shape[1],
         )
         return out.transpose(1, 2)
 

@@ -6,6 +6,9 @@ A baseline attention (SDPA, ProbSparse, LogSparse-masked, XL relative...) comput
 output ``A`` as ``[B, Tq, H, D]``; :class:`RSAMixer` adds the REM term computed by
 :func:`recurbench.kernels.rem.rem_apply` in O(T). Heads are assigned REM kinds by a
 :class:`REMHeadConfig` (the paper's k1..k6 and dilations, Table 5).
+
+The mixing itself is :func:`recurbench.kernels.rem.rem_mix` (fused for short square self-attention
+on a CPU).
 """
 
 from __future__ import annotations
@@ -15,11 +18,11 @@ import re
 from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from recurbench.errors import ConfigError
-from recurbench.kernels.rem import rem_apply
+from recurbench.forecasters.layers.attention import AttentionLayer, FullAttention
+from recurbench.kernels.rem import rem_apply, rem_matrices, rem_mix
 
 # (kind, dilated) of k1..k6, in the paper's order (Sec. 3, "Hyperparameters k_i and d").
 HEAD_TYPES = (("regular", False), ("cos", False), ("sin", False), ("regular", True), ("cos", True), ("sin", True))
@@ -173,27 +176,33 @@ class RSAMixer(nn.Module):
     def _per_head(self, p: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
         return torch.zeros(self.n_heads, dtype=p.dtype, device=p.device).index_copy(0, index, p)
 
+    def _rem_kwargs(self) -> dict:
+        return {
+            "kind": self.kinds,
+            "eta": self._per_head(self.eta, self.reg_index),
+            "nu": self._per_head(self.nu, self.cyc_index),
+            "theta": self._per_head(self.theta, self.cyc_index),
+            "dilation": self.dilations,
+            "masked": self.masked,
+            "truncate": self.heads.truncate,
+        }
+
     def rem(self, v: torch.Tensor, query_positions: torch.Tensor | None = None) -> torch.Tensor:
         """P_h V_h for every head: ``v`` ``[B, Tk, H, D]`` -> ``[B, Tq, H, D]``."""
-        return rem_apply(
-            v,
-            kind=self.kinds,
-            eta=self._per_head(self.eta, self.reg_index),
-            nu=self._per_head(self.nu, self.cyc_index),
-            theta=self._per_head(self.theta, self.cyc_index),
-            dilation=self.dilations,
-            masked=self.masked,
-            query_positions=query_positions,
-            truncate=self.heads.truncate,
-            impl=self.impl,
-        )
+        return rem_apply(v, query_positions=query_positions, impl=self.impl, **self._rem_kwargs())
+
+    def matrices(
+        self, n_keys: int, query_positions: torch.Tensor | None = None, *, dtype: torch.dtype = torch.float32
+    ) -> torch.Tensor:
+        """The REMs P_h as dense matrices, ``[H, Tq, Tk]`` (``[B, H, Tq, Tk]`` for per-batch positions)."""
+        return rem_matrices(n_keys, query_positions=query_positions, dtype=dtype, device=self.mu.device,
+                            **self._rem_kwargs())
 
     def forward(
         self, attn_out: torch.Tensor, v: torch.Tensor, query_positions: torch.Tensor | None = None
     ) -> torch.Tensor:
         """``attn_out`` ``[B, Tq, H, D]`` (the baseline's per-head output), ``v`` ``[B, Tk, H, D]``."""
-        g = self.gate().to(attn_out.dtype)
-        return (1 - g) * attn_out + g * self.rem(v, query_positions).to(attn_out.dtype)
+        return rem_mix(attn_out, v, self.gate(), query_positions=query_positions, impl=self.impl, **self._rem_kwargs())
 
     def gate(self) -> torch.Tensor:
         """sigma(mu), the share of the REM term (for logging)."""
@@ -211,45 +220,25 @@ class RSAMixer(nn.Module):
         return {"lambda": lam, "gamma": gam, "theta": th, "dilation": torch.tensor(self.dilations)}
 
 
-class RSAFullAttention(nn.Module):
-    """Multi-head softmax attention (SDPA) with an optional RSA mixer: the layer the tests and
-    ``recurbench bench rsa`` use. ``heads=None`` gives the same layer without REMs."""
+class RSAFullAttention(AttentionLayer):
+    """Multi-head softmax attention with an optional RSA mixer (:class:`AttentionLayer` over
+    :class:`FullAttention`): the layer the tests and ``recurbench bench rsa`` use. ``heads=None`` gives
+    the same layer without REMs."""
 
     def __init__(
         self, d_model: int, n_heads: int, heads: REMHeadConfig | None, *,
         causal: bool = False, gate_init: float = 1.0, impl: str | None = None,
     ) -> None:
-        super().__init__()
         if d_model % n_heads:
             raise ConfigError(f"d_model ({d_model}) must be divisible by n_heads ({n_heads})")
-        self.n_heads = n_heads
-        self.causal = causal
-        self.q_proj = nn.Linear(d_model, d_model)
-        self.k_proj = nn.Linear(d_model, d_model)
-        self.v_proj = nn.Linear(d_model, d_model)
-        self.out_proj = nn.Linear(d_model, d_model)
-        self.mixer = None if heads is None else RSAMixer(n_heads, heads, masked=causal, gate_init=gate_init, impl=impl)
+        mixer = None if heads is None else RSAMixer(n_heads, heads, masked=causal, gate_init=gate_init, impl=impl)
+        super().__init__(FullAttention(causal=causal), d_model, n_heads, mixer=mixer)
 
-    def attention(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-        """Per-head softmax attention, ``[B, T, H, D]`` in and out."""
-        causal = self.causal and q.shape[1] == k.shape[1]
-        out = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), is_causal=causal)
-        return out.transpose(1, 2)
-
-    def forward(
+    def forward(  # type: ignore[override]
         self, x: torch.Tensor, context: torch.Tensor | None = None, query_positions: torch.Tensor | None = None
     ) -> torch.Tensor:
         """Self-attention over ``x`` ``[B, T, d_model]``, or cross-attention to ``context``."""
         context = x if context is None else context
-        B, Tq, _ = x.shape
-        Tk = context.shape[1]
-        H = self.n_heads
-        q = self.q_proj(x).view(B, Tq, H, -1)
-        k = self.k_proj(context).view(B, Tk, H, -1)
-        v = self.v_proj(context).view(B, Tk, H, -1)
-        out = self.attention(q, k, v)
-        if self.mixer is not None:
-            if query_positions is None and Tq != Tk:
-                raise ValueError(f"query_positions is required when Tq ({Tq}) != Tk ({Tk})")
-            out = self.mixer(out, v, query_positions)
-        return self.out_proj(out.reshape(B, Tq, -1))
+        if self.mixer is not None and query_positions is None and x.shape[1] != context.shape[1]:
+            raise ValueError(f"query_positions is required when Tq ({x.shape[1]}) != Tk ({context.shape[1]})")
+        return super().forward(x, context, context, query_positions=query_positions)

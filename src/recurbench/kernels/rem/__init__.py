@@ -25,6 +25,11 @@ O(span) work).
 ``truncate=K`` zeroes entries whose exponent (lag / d) exceeds K, reproducing App. D.1's K = 200;
 ``None`` is exact at all lags.
 
+The RSA mixing itself, eq. 4, is :func:`rem_mix`: ``(1 - g) A + g P V``. For square self-attention
+on a CPU with short sequences it runs fused (:mod:`.lanes`: dilated heads as small undilated REMs over
+their lanes, one wide product per group of heads, a hand-written backward); otherwise it is
+:func:`rem_apply` followed by a ``lerp``. :func:`rem_matrices` returns the P_h themselves, densely.
+
 Implementations (``impl``): ``"naive"`` (dense matrices, the reference), ``"chunked"`` (O(T) PyTorch,
 default on CPU), ``"triton"`` (CUDA kernels; default on CUDA when triton is installed). All three are
 differentiable in ``v``, ``eta``, ``nu`` and ``theta``. Half-precision inputs are computed in float32
@@ -38,12 +43,18 @@ from collections.abc import Sequence
 import torch
 
 from recurbench.kernels.rem.chunked import DEFAULT_CHUNK, rem_chunked_square
+from recurbench.kernels.rem.dense import rem_table_matrices
 from recurbench.kernels.rem.heads import KINDS, HeadLayout, head_params, make_layout, normalize_positions
-from recurbench.kernels.rem.naive import rem_naive
+from recurbench.kernels.rem.lanes import head_groups, lane_steps, rem_lanes_mix
+from recurbench.kernels.rem.naive import rem_dense_matrices, rem_naive
 
-__all__ = ["KINDS", "IMPLS", "rem_apply"]
+__all__ = ["KINDS", "IMPLS", "LANES_MAX_STEPS", "rem_apply", "rem_matrices", "rem_mix"]
 
 IMPLS = ("naive", "chunked", "triton")
+
+LANES_MAX_STEPS = 256
+""":func:`rem_mix` takes the fused lanes path when no head has more than this many lane steps
+(ceil(T / d)); its cost grows as T^2 / d per head, the chunked path's as T."""
 
 
 def rem_apply(
@@ -69,8 +80,7 @@ def rem_apply(
         raise ValueError(f"v must be [B, T, H, D], got shape {tuple(v.shape)}")
     B, Tk, H, _ = v.shape
     layout = make_layout(kind, dilation, H)
-    if truncate is not None and (isinstance(truncate, bool) or not isinstance(truncate, int) or truncate < 0):
-        raise ValueError(f"truncate must be None or an integer >= 0, got {truncate!r}")
+    _check_truncate(truncate)
     impl = _resolve_impl(impl, v)
     compute_dtype = v.dtype if v.dtype in (torch.float32, torch.float64) else torch.float32
     base, angle = head_params(layout, eta, nu, theta, compute_dtype, v.device)
@@ -90,6 +100,102 @@ def rem_apply(
     full = _square(x, layout, base, angle, masked, truncate, impl, chunk_size)  # [B, hi - lo, H, D]
     out = full if pos is None else _gather_rows(full, pos - lo)
     return out.to(v.dtype)
+
+
+def rem_mix(
+    attn: torch.Tensor,
+    v: torch.Tensor,
+    gate: torch.Tensor,
+    *,
+    kind: str | Sequence[str],
+    eta: torch.Tensor | float | None = None,
+    nu: torch.Tensor | float | None = None,
+    theta: torch.Tensor | float | None = None,
+    dilation: int | Sequence[int] = 1,
+    masked: bool,
+    query_positions: torch.Tensor | None = None,
+    truncate: int | None = None,
+    impl: str | None = None,
+) -> torch.Tensor:
+    """RSA eq. 4 for every head: ``(1 - gate) * attn + gate * P_h V_h``.
+
+    ``attn`` ``[B, Tq, H, D]`` is the baseline attention's per-head output, ``v`` ``[B, Tk, H, D]``,
+    ``gate`` a 0-dim tensor (sigma(mu)); the other arguments as in :func:`rem_apply`. With ``impl``
+    left to the default, square self-attention (no ``query_positions``) on a CPU with at most
+    :data:`LANES_MAX_STEPS` lane steps per head runs the fused path of :mod:`.lanes`; everything else
+    (and any explicit ``impl``) is :func:`rem_apply` and a ``lerp``."""
+    if v.dim() != 4 or attn.dim() != 4:
+        raise ValueError(f"attn and v must be [B, T, H, D], got {tuple(attn.shape)} and {tuple(v.shape)}")
+    B, Tk, H, _ = v.shape
+    layout = make_layout(kind, dilation, H)
+    if impl is None and _lanes_apply(attn, v, layout, query_positions):
+        _check_truncate(truncate)
+        base, angle = head_params(layout, eta, nu, theta, v.dtype, v.device)
+        g = gate.to(v.dtype)
+        groups = head_groups(layout.dilations)
+        mats = [
+            g * rem_table_matrices(
+                HeadLayout(layout.kinds[h0:h1], (1,) * (h1 - h0)), base[h0:h1], angle[h0:h1],
+                n_keys=lane_steps(Tk, d), masked=masked, truncate=truncate,
+            )
+            for h0, h1, d in groups
+        ]
+        return rem_lanes_mix(attn, v, 1 - g, groups, mats)
+    pv = rem_apply(v, kind=layout.kinds, eta=eta, nu=nu, theta=theta, dilation=layout.dilations, masked=masked,
+                   query_positions=query_positions, truncate=truncate, impl=impl)
+    return torch.lerp(attn, pv.to(attn.dtype), gate.to(attn.dtype))
+
+
+def _lanes_apply(attn: torch.Tensor, v: torch.Tensor, layout: HeadLayout, query_positions) -> bool:
+    return (
+        query_positions is None and attn.shape == v.shape and v.device.type == "cpu"
+        and v.dtype in (torch.float32, torch.float64) and attn.dtype == v.dtype
+        and max(lane_steps(v.shape[1], d) for d in layout.dilations) <= LANES_MAX_STEPS
+    )
+
+
+def rem_matrices(
+    n_keys: int,
+    *,
+    kind: str | Sequence[str],
+    eta: torch.Tensor | float | None = None,
+    nu: torch.Tensor | float | None = None,
+    theta: torch.Tensor | float | None = None,
+    dilation: int | Sequence[int] = 1,
+    masked: bool,
+    query_positions: torch.Tensor | None = None,
+    truncate: int | None = None,
+    n_heads: int | None = None,
+    dtype: torch.dtype = torch.float32,
+    device: torch.device | str | None = None,
+    impl: str = "table",
+) -> torch.Tensor:
+    """The REMs P_h as dense matrices: ``[H, Tq, Tk]``, or ``[B, H, Tq, Tk]`` for per-batch positions.
+
+    Same parameters as :func:`rem_apply` (``n_heads`` is needed only when ``kind`` is one string);
+    differentiable in ``eta``, ``nu`` and ``theta``. ``impl="table"`` gathers every entry from the
+    per-head kernel table (fast); ``"naive"`` is App. D.1's construction (the reference)."""
+    if isinstance(kind, str):
+        if n_heads is None:
+            raise ValueError("n_heads is required when kind is a single string")
+        H = n_heads
+    else:
+        H = len(kind)
+    layout = make_layout(kind, dilation, H)
+    _check_truncate(truncate)
+    device = torch.device(device) if device is not None else torch.device("cpu")
+    base, angle = head_params(layout, eta, nu, theta, dtype, device)
+    batch = query_positions.shape[0] if query_positions is not None and query_positions.dim() > 1 else 1
+    pos = normalize_positions(query_positions, batch, n_keys, H, device)
+    build = {"table": rem_table_matrices, "naive": rem_dense_matrices}.get(impl)
+    if build is None:
+        raise ValueError(f"unknown impl {impl!r} for rem_matrices; expected 'table' or 'naive'")
+    return build(layout, base, angle, n_keys=n_keys, masked=masked, query_positions=pos, truncate=truncate)
+
+
+def _check_truncate(truncate: int | None) -> None:
+    if truncate is not None and (isinstance(truncate, bool) or not isinstance(truncate, int) or truncate < 0):
+        raise ValueError(f"truncate must be None or an integer >= 0, got {truncate!r}")
 
 
 def _resolve_impl(impl: str | None, v: torch.Tensor) -> str:

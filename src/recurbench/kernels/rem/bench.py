@@ -4,7 +4,8 @@
   Triton on CUDA): forward error, forward+backward time, peak memory.
 * :func:`bench_rem_sweep` -- the default path over T = 512 ... 8192 (dense where it fits), with the
   time per token to show linear scaling.
-* :func:`bench_rsa` -- training-step time of an RSA attention layer over the same layer without REMs.
+* :func:`bench_rsa` -- training-step time of an RSA attention layer over the same layer without REMs
+  (wall time and this process's CPU time).
 
 Peak memory on CPU: PyTorch has no CPU allocator statistics, so each measurement runs in a fresh
 Python subprocess that builds its inputs, runs a tiny warm-up, resets the kernel's resident-set high-water mark
@@ -61,18 +62,20 @@ def _fwd_bwd(v: torch.Tensor, params: dict[str, Any], impl: str | None) -> None:
     y.backward(torch.ones_like(y))
 
 
-def _timeit(fn: Callable[[], None], repeats: int, device: torch.device) -> float:
-    """Median wall time of ``repeats`` calls after one warm-up."""
+def _timeit(
+    fn: Callable[[], None], repeats: int, device: torch.device, clock: Callable[[], float] = time.perf_counter
+) -> float:
+    """Median time of ``repeats`` calls after one warm-up (wall time unless ``clock`` says otherwise)."""
     fn()
     times = []
     for _ in range(repeats):
         if device.type == "cuda":
             torch.cuda.synchronize()
-        t0 = time.perf_counter()
+        t0 = clock()
         fn()
         if device.type == "cuda":
             torch.cuda.synchronize()
-        times.append(time.perf_counter() - t0)
+        times.append(clock() - t0)
     return statistics.median(times)
 
 
@@ -216,6 +219,7 @@ def bench_rsa(
     k1_k6: str = "(0,2,2,0,2,2)",
     dilations: str = "[24,24,24,24]",
     causal: bool = False,
+    impl: str | None = None,
     repeats: int = 10,
     threads: int = 2,
     device: str | None = None,
@@ -223,7 +227,10 @@ def bench_rsa(
     """Training step (forward, backward, Adam step) of :class:`RSAFullAttention` with and without REMs.
 
     Defaults: Informer's size (d_model = 512, 8 heads, encoder input 96, batch 32) and its Table 5 head
-    configuration for ETTh1 (k = (0,2,2,0,2,2), d = [24,24,24,24])."""
+    configuration for ETTh1 (k = (0,2,2,0,2,2), d = [24,24,24,24]). ``impl`` picks the REM path
+    (``None``: the default, i.e. the fused mix of :func:`recurbench.kernels.rem.rem_mix` where it
+    applies). Besides wall time, the CPU time of this process is reported (robust to other processes
+    on shared cores)."""
     from recurbench.forecasters.layers.rsa import REMHeadConfig, RSAFullAttention
 
     torch.set_num_threads(threads)
@@ -237,7 +244,7 @@ def bench_rsa(
 
     def make_step(cfg: REMHeadConfig | None) -> Callable[[], None]:
         torch.manual_seed(0)
-        layer = RSAFullAttention(d_model, heads, cfg, causal=causal).to(dev)
+        layer = RSAFullAttention(d_model, heads, cfg, causal=causal, impl=impl).to(dev)
         opt = torch.optim.Adam(layer.parameters(), lr=1e-4)
 
         def step() -> None:
@@ -250,15 +257,20 @@ def bench_rsa(
 
     base_step, rsa_step = make_step(None), make_step(heads_cfg)
     # Interleave the two so that load from other processes hits both alike.
-    base_t, rsa_t = [], []
+    base_t, rsa_t, base_cpu, rsa_cpu = [], [], [], []
     for _ in range(3):
         base_t.append(_timeit(base_step, repeats, dev))
         rsa_t.append(_timeit(rsa_step, repeats, dev))
+        base_cpu.append(_timeit(base_step, repeats, dev, clock=time.process_time))
+        rsa_cpu.append(_timeit(rsa_step, repeats, dev, clock=time.process_time))
     t_base, t_rsa = min(base_t), min(rsa_t)
+    c_base, c_rsa = min(base_cpu), min(rsa_cpu)
     return {
         "seq_len": seq_len, "heads": heads, "head_dim": head_dim, "d_model": d_model, "batch": batch,
-        "k1_k6": heads_cfg.k, "dilations": heads_cfg.dilations, "causal": causal,
+        "k1_k6": heads_cfg.k, "dilations": heads_cfg.dilations, "causal": causal, "impl": impl or "default",
         "device": torch.cuda.get_device_name() if dev.type == "cuda" else "cpu", "threads": torch.get_num_threads(),
         "time_baseline_step_s": t_base, "time_rsa_step_s": t_rsa,
         "overhead_ratio": t_rsa / t_base, "overhead_pct": 100 * (t_rsa / t_base - 1),
+        "cpu_time_baseline_step_s": c_base, "cpu_time_rsa_step_s": c_rsa,
+        "overhead_pct_cpu_time": 100 * (c_rsa / c_base - 1),
     }
