@@ -79,3 +79,9 @@ def test_bench_rsa_rejects_an_unknown_rem_path():
     result = runner.invoke(app, ["bench", "rsa", "--impl", "fast"])
     assert isinstance(result.exception, RecurbenchError)
     assert "--impl must be one of naive, chunked, triton, got 'fast'" in str(result.exception)
+
+
+def test_total_timesteps_is_minigrid_only():
+    result = runner.invoke(app, ["run", "ltsf", "--total-timesteps", "1000"])
+    assert isinstance(result.exception, RecurbenchError)
+    assert "--total-timesteps applies to the minigrid suite, not 'ltsf'" in str(result.exception)

@@ -230,6 +230,9 @@ def run_cmd(
     models: Annotated[list[str] | None, typer.Option("--models", help="Models (forecasters) or cores (agents) to run.")] = None,
     envs: Annotated[list[str] | None, typer.Option("--envs", help="MiniGrid: env pairs to run (see `recurbench list envs`).")] = None,
     seeds: Annotated[int | None, typer.Option("--seeds", help="Number of seeds (0..N-1), overriding the profile.")] = None,
+    total_timesteps: Annotated[
+        int | None, typer.Option("--total-timesteps", help="MiniGrid: env steps per run, overriding the profile.")
+    ] = None,
     config: Annotated[str | None, typer.Option("--config", help="A suite YAML to use instead of the shipped one.")] = None,
     tracking_uri: TrackingOpt = None,
     data_dir: DataDirOpt = None,
@@ -249,6 +252,12 @@ def run_cmd(
         if seeds < 1:
             raise RecurbenchError(f"--seeds must be at least 1, got {seeds}")
         selection["seeds"] = seeds
+    if total_timesteps is not None:
+        if suite != "minigrid":
+            raise RecurbenchError(f"--total-timesteps applies to the minigrid suite, not {suite!r}")
+        if total_timesteps < 1:
+            raise RecurbenchError(f"--total-timesteps must be at least 1, got {total_timesteps}")
+        selection["total_timesteps"] = total_timesteps
     tracker = make_tracker(tracking_uri)
     with Progress(
         TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=console

@@ -81,6 +81,8 @@ class MinigridSuite(SuiteDefinition):
         envs = selected_names(selection, "envs", profile.envs, ENV_PAIRS, "env pair")
         models = selected_names(selection, "models", profile.models, CORES, "memory core")
         seeds = selected_seeds(selection, profile.seeds)
+        if selection.get("total_timesteps"):
+            profile = profile.model_copy(update={"total_timesteps": int(selection["total_timesteps"])})
         if profile.ppo.n_steps % profile.ppo.seq_len or profile.ppo.batch_size % profile.ppo.seq_len:
             raise ConfigError(
                 f"ppo: n_steps ({profile.ppo.n_steps}) and batch_size ({profile.ppo.batch_size}) must be "
