@@ -71,7 +71,7 @@ def test_rsa_informer_cross_attention_gets_key_space_positions(monkeypatch):
     model(*batch())
     # Decoder step i is time seq_len - label_len + i of the encoder's axis.
     expected = torch.arange(CFG.label_len + CFG.pred_len) + CFG.seq_len - CFG.label_len
-    torch.testing.assert_close(seen["positions"], expected)
+    torch.testing.assert_close(torch.as_tensor(seen["positions"]), expected)
 
 
 @pytest.mark.parametrize("name", ["xl", "rsa_xl"])

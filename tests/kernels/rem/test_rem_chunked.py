@@ -128,3 +128,14 @@ def test_property_chunked_equals_dense(B, T, D, heads, masked, truncate, chunk, 
     pos = None if n_queries == 0 else torch.arange(offset, offset + n_queries)
     _assert_same(_both(v, pos=pos, truncate=truncate, masked=masked, chunk=chunk, kinds=kinds, dils=dils, seed=seed),
                  torch.float64)
+
+
+@pytest.mark.parametrize("impl", ["naive", "chunked"])
+def test_static_range_positions_equal_tensor_positions(impl):
+    """A Python range (static span, no host read-back) gives exactly what the same tensor gives."""
+    v = torch.randn(2, 25, 6, 2, dtype=torch.float64)
+    eta, nu, theta = make_params(6, requires_grad=False)
+    kw = dict(kind=ALL_KINDS, eta=eta, nu=nu, theta=theta, dilation=ALL_DILATIONS, masked=False, impl=impl)
+    for r in (range(10, 40), range(-5, 8), range(3, 3)):
+        torch.testing.assert_close(rem_apply(v, query_positions=r, **kw),
+                                   rem_apply(v, query_positions=torch.arange(r.start, r.stop), **kw))

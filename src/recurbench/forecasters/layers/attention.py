@@ -33,7 +33,7 @@ class Mixer(Protocol):
     """What :class:`AttentionLayer` needs from the RSA layer (``recurbench.forecasters.layers.rsa``)."""
 
     def __call__(
-        self, attn_out: torch.Tensor, v: torch.Tensor, query_positions: torch.Tensor | None = None
+        self, attn_out: torch.Tensor, v: torch.Tensor, query_positions: torch.Tensor | range | None = None
     ) -> torch.Tensor: ...
 
 
@@ -146,7 +146,7 @@ class AttentionLayer(nn.Module):
 
     def forward(
         self, queries: torch.Tensor, keys: torch.Tensor, values: torch.Tensor,
-        query_positions: torch.Tensor | None = None,
+        query_positions: torch.Tensor | range | None = None,
     ) -> torch.Tensor:
         B, Lq, _ = queries.shape
         Lk = keys.shape[1]

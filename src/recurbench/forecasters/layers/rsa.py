@@ -187,19 +187,19 @@ class RSAMixer(nn.Module):
             "truncate": self.heads.truncate,
         }
 
-    def rem(self, v: torch.Tensor, query_positions: torch.Tensor | None = None) -> torch.Tensor:
+    def rem(self, v: torch.Tensor, query_positions: torch.Tensor | range | None = None) -> torch.Tensor:
         """P_h V_h for every head: ``v`` ``[B, Tk, H, D]`` -> ``[B, Tq, H, D]``."""
         return rem_apply(v, query_positions=query_positions, impl=self.impl, **self._rem_kwargs())
 
     def matrices(
-        self, n_keys: int, query_positions: torch.Tensor | None = None, *, dtype: torch.dtype = torch.float32
+        self, n_keys: int, query_positions: torch.Tensor | range | None = None, *, dtype: torch.dtype = torch.float32
     ) -> torch.Tensor:
         """The REMs P_h as dense matrices, ``[H, Tq, Tk]`` (``[B, H, Tq, Tk]`` for per-batch positions)."""
         return rem_matrices(n_keys, query_positions=query_positions, dtype=dtype, device=self.mu.device,
                             **self._rem_kwargs())
 
     def forward(
-        self, attn_out: torch.Tensor, v: torch.Tensor, query_positions: torch.Tensor | None = None
+        self, attn_out: torch.Tensor, v: torch.Tensor, query_positions: torch.Tensor | range | None = None
     ) -> torch.Tensor:
         """``attn_out`` ``[B, Tq, H, D]`` (the baseline's per-head output), ``v`` ``[B, Tk, H, D]``."""
         return rem_mix(attn_out, v, self.gate(), query_positions=query_positions, impl=self.impl, **self._rem_kwargs())
@@ -235,7 +235,7 @@ class RSAFullAttention(AttentionLayer):
         super().__init__(FullAttention(causal=causal), d_model, n_heads, mixer=mixer)
 
     def forward(  # type: ignore[override]
-        self, x: torch.Tensor, context: torch.Tensor | None = None, query_positions: torch.Tensor | None = None
+        self, x: torch.Tensor, context: torch.Tensor | None = None, query_positions: torch.Tensor | range | None = None
     ) -> torch.Tensor:
         """Self-attention over ``x`` ``[B, T, d_model]``, or cross-attention to ``context``."""
         context = x if context is None else context

@@ -54,7 +54,7 @@ class DecoderLayer(nn.Module):
         self.norm3 = nn.LayerNorm(d_model)
         self.dropout = nn.Dropout(dropout)
 
-    def forward(self, x: torch.Tensor, memory: torch.Tensor, cross_positions: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, memory: torch.Tensor, cross_positions: range) -> torch.Tensor:
         x = self.norm1(x + self.dropout(self.self_attention(x, x, x)))
         x = self.norm2(x + self.dropout(self.cross_attention(x, memory, memory, query_positions=cross_positions)))
         return self.norm3(x + self.ff(x))
@@ -120,7 +120,9 @@ class Informer(nn.Module):
         dec_in = torch.cat([start, x.new_zeros(x.shape[0], cfg.pred_len, x.shape[2])], dim=1)
         dec = self.dec_embedding(dec_in, y_mark)
         # Decoder step i is time seq_len - label_len + i on the encoder's (key) axis (App. D.2).
-        cross_positions = torch.arange(dec.shape[1], device=x.device) + (x.shape[1] - cfg.label_len)
+        # A range (static positions): the REM operator needs no host synchronisation to find their span.
+        offset = x.shape[1] - cfg.label_len
+        cross_positions = range(offset, offset + dec.shape[1])
         for layer in self.decoder:
             dec = layer(dec, enc, cross_positions)
         out = self.projection(self.dec_norm(dec))

@@ -72,7 +72,7 @@ class RelativeAttentionLayer(nn.Module):
         weights = self.dropout(torch.softmax(scores, dim=-1))
         out = torch.einsum("bhij,bjhd->bihd", weights, v)  # [B, L, H, D]
         if self.mixer is not None:
-            out = self.mixer(out, v, query_positions=torch.arange(L, device=h.device) + M)
+            out = self.mixer(out, v, query_positions=range(M, M + L))
         return self.out_proj(out.reshape(B, L, d))
 
 

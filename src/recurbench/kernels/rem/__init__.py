@@ -18,7 +18,10 @@ bidirectional P + P' (Sec. 3). Entries of ``eta``/``nu``/``theta`` at heads of a
 Non-square attention (App. D.2): ``query_positions`` gives the key-space position p of every query row,
 as ``[Tq]``, ``[B, Tq]`` or ``[B, Tq, H]`` (e.g. Informer's ProbSparse top-u rows per batch and head);
 default ``arange(Tk)``. Transformer-XL with memory M: ``arange(M, M + L)``; cross-attention: the decoder
-steps' positions in the encoder's frame (they may lie beyond ``Tk - 1``, or before 0). Internally the
+steps' positions in the encoder's frame (they may lie beyond ``Tk - 1``, or before 0). A Python
+``range`` is accepted too and is the form to use when the positions are static: the span is then
+known without reading the tensor back from the device (no host synchronisation, so the call can be
+captured in a CUDA graph or compiled without a graph break). Internally the
 values are zero-padded over the positions' span, computed at every position, then gathered (exact;
 O(span) work).
 
@@ -66,7 +69,7 @@ def rem_apply(
     theta: torch.Tensor | float | None = None,
     dilation: int | Sequence[int] = 1,
     masked: bool,
-    query_positions: torch.Tensor | None = None,
+    query_positions: torch.Tensor | range | None = None,
     truncate: int | None = None,
     impl: str | None = None,
     chunk_size: int | None = None,
@@ -84,7 +87,8 @@ def rem_apply(
     impl = _resolve_impl(impl, v)
     compute_dtype = v.dtype if v.dtype in (torch.float32, torch.float64) else torch.float32
     base, angle = head_params(layout, eta, nu, theta, compute_dtype, v.device)
-    pos = normalize_positions(query_positions, B, Tk, H, v.device)
+    span = _range_span(query_positions, Tk)
+    pos = normalize_positions(_as_tensor(query_positions, v.device), B, Tk, H, v.device)
     x = v.to(compute_dtype)
 
     if impl == "naive":
@@ -93,7 +97,9 @@ def rem_apply(
 
     # Square computation over the span of all positions, then gather the query rows.
     lo, hi = 0, Tk
-    if pos is not None and pos.numel() > 0:
+    if span is not None:
+        lo, hi = span
+    elif pos is not None and pos.numel() > 0:
         lo, hi = min(0, int(pos.min())), max(Tk, int(pos.max()) + 1)
     if lo < 0 or hi > Tk:
         x = torch.nn.functional.pad(x, (0, 0, 0, 0, -lo, hi - Tk))
@@ -113,7 +119,7 @@ def rem_mix(
     theta: torch.Tensor | float | None = None,
     dilation: int | Sequence[int] = 1,
     masked: bool,
-    query_positions: torch.Tensor | None = None,
+    query_positions: torch.Tensor | range | None = None,
     truncate: int | None = None,
     impl: str | None = None,
 ) -> torch.Tensor:
@@ -146,6 +152,22 @@ def rem_mix(
     return torch.lerp(attn, pv.to(attn.dtype), gate.to(attn.dtype))
 
 
+def _as_tensor(query_positions: torch.Tensor | range | None, device: torch.device) -> torch.Tensor | None:
+    if isinstance(query_positions, range):
+        r = query_positions
+        return torch.arange(r.start, r.stop, r.step, device=device)
+    return query_positions
+
+
+def _range_span(query_positions: torch.Tensor | range | None, n_keys: int) -> tuple[int, int] | None:
+    """(lo, hi) of the padded square computation for static positions; None for tensors."""
+    if not isinstance(query_positions, range):
+        return None
+    if len(query_positions) == 0:
+        return 0, n_keys
+    return min(0, min(query_positions)), max(n_keys, max(query_positions) + 1)
+
+
 def _lanes_apply(attn: torch.Tensor, v: torch.Tensor, layout: HeadLayout, query_positions) -> bool:
     return (
         query_positions is None and attn.shape == v.shape and v.device.type == "cpu"
@@ -163,7 +185,7 @@ def rem_matrices(
     theta: torch.Tensor | float | None = None,
     dilation: int | Sequence[int] = 1,
     masked: bool,
-    query_positions: torch.Tensor | None = None,
+    query_positions: torch.Tensor | range | None = None,
     truncate: int | None = None,
     n_heads: int | None = None,
     dtype: torch.dtype = torch.float32,
@@ -185,6 +207,7 @@ def rem_matrices(
     _check_truncate(truncate)
     device = torch.device(device) if device is not None else torch.device("cpu")
     base, angle = head_params(layout, eta, nu, theta, dtype, device)
+    query_positions = _as_tensor(query_positions, device)
     batch = query_positions.shape[0] if query_positions is not None and query_positions.dim() > 1 else 1
     pos = normalize_positions(query_positions, batch, n_keys, H, device)
     build = {"table": rem_table_matrices, "naive": rem_dense_matrices}.get(impl)
