@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import torch
 
-from recurbench.kernels.rem.heads import HeadLayout, kernel_values
+from recurbench.kernels.rem.heads import HeadLayout, kernel_values, signed_lags
 
 
 def rem_table_matrices(
@@ -35,14 +35,7 @@ def rem_table_matrices(
     ``[H, Tq, Tk]`` (positions ``None`` or ``[Tq]``) or ``[B, H, Tq, Tk]`` (``[B, Tq]`` or ``[B, Tq, H]``)."""
     device = base.device
     H = layout.n_heads
-    keys = torch.arange(n_keys, device=device)
-    pos = keys if query_positions is None else query_positions
-    if pos.dim() == 1:
-        lag = (pos[:, None] - keys[None, :])[None]  # [1, Tq, Tk]
-    elif pos.dim() == 2:
-        lag = (pos[:, :, None] - keys[None, None, :])[:, None]  # [B, 1, Tq, Tk]
-    else:
-        lag = (pos[:, :, :, None] - keys[None, None, None, :]).permute(0, 2, 1, 3)  # [B, H, Tq, Tk]
+    lag = signed_lags(query_positions, n_keys, device)
     dil = torch.tensor(layout.dilations, device=device).view(H, 1, 1)
     dist = lag.abs()
     exponent = dist // dil  # broadcasts to [H, Tq, Tk] or [B, H, Tq, Tk]

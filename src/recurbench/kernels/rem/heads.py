@@ -115,6 +115,18 @@ def kernel_values(
     return f * keep.to(f.dtype)
 
 
+def signed_lags(query_positions: torch.Tensor | None, n_keys: int, device: torch.device) -> torch.Tensor:
+    """p - s for every query position p and key s, with a head axis: ``[1, Tq, Tk]`` (positions ``None``
+    or ``[Tq]``), ``[B, 1, Tq, Tk]`` (``[B, Tq]``) or ``[B, H, Tq, Tk]`` (per-head rows ``[B, Tq, H]``)."""
+    keys = torch.arange(n_keys, device=device)
+    pos = keys if query_positions is None else query_positions
+    if pos.dim() == 1:
+        return (pos[:, None] - keys[None, :])[None]
+    if pos.dim() == 2:
+        return (pos[:, :, None] - keys[None, None, :])[:, None]
+    return (pos[:, :, :, None] - keys[None, None, None, :]).permute(0, 2, 1, 3)
+
+
 def normalize_positions(
     query_positions: torch.Tensor | None, batch: int, n_keys: int, n_heads: int, device: torch.device
 ) -> torch.Tensor | None:

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import torch
 
-from recurbench.kernels.rem.heads import HeadLayout
+from recurbench.kernels.rem.heads import HeadLayout, signed_lags
 
 
 def rem_dense_matrices(
@@ -37,17 +37,7 @@ def rem_dense_matrices(
     """The REMs as dense matrices: ``[H, Tq, Tk]`` (positions ``None`` or ``[Tq]``), ``[B, H, Tq, Tk]``
     (positions ``[B, Tq]``) or ``[B, H, Tq, Tk]`` with per-head rows (positions ``[B, Tq, H]``)."""
     device = base.device
-    keys = torch.arange(n_keys, device=device)
-    if query_positions is None:
-        query_positions = keys
-    pos = query_positions
-    # Signed lag p - s with a head axis, so that per-head query rows (ProbSparse) fit the same code.
-    if pos.dim() == 1:
-        lag = (pos[:, None] - keys[None, :])[None]  # [1, Tq, Tk]
-    elif pos.dim() == 2:
-        lag = (pos[:, :, None] - keys[None, None, :])[:, None]  # [B, 1, Tq, Tk]
-    else:
-        lag = (pos[:, :, :, None] - keys[None, None, None, :]).permute(0, 2, 1, 3)  # [B, H, Tq, Tk]
+    lag = signed_lags(query_positions, n_keys, device)  # p - s, with a head axis (ProbSparse rows per head)
     L = lag.abs()
 
     mats = []
