@@ -59,3 +59,43 @@ def test_mlflow_tracker_records_nested_runs_and_failures(tmp_path):
     assert runs["crash"].info.status == "FAILED"
     assert runs["crash"].data.tags["error"] == "RuntimeError: diverged"
     assert [a.path for a in client.list_artifacts(runs["child"].info.run_id, "rem")] == ["rem/params.json"]
+
+
+def test_sigterm_ends_the_runs_in_progress_killed(tmp_path):
+    """A scheduler's stop (SIGTERM) must not leave runs RUNNING: the CLI unwinds and ends them KILLED."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from mlflow.tracking import MlflowClient
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    cmd = [sys.executable, "-c", "from recurbench.cli import main; main()", "run", "minigrid", "--profile", "quick",
+           "--envs", "GoToObject", "--models", "lstm", "--total-timesteps", "100000000", "--tracking-uri", uri]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        child = None
+        while child is None and time.monotonic() < deadline and proc.poll() is None:
+            time.sleep(1)
+            if (tmp_path / "mlflow.db").exists():
+                try:
+                    client = MlflowClient(uri)
+                    runs = client.search_runs([e.experiment_id for e in client.search_experiments()])
+                except Exception:  # the store is still being created by the child process
+                    continue
+                child = next((r for r in runs if r.info.run_name == "GoToObject-lstm-s0"), None)
+        assert child is not None, f"no nested run appeared; stderr: {proc.stderr.read() if proc.poll() is not None else ''}"
+        time.sleep(2)  # inside training now
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode != 0
+    client = MlflowClient(uri)
+    runs = client.search_runs([e.experiment_id for e in client.search_experiments()])
+    status = {r.info.run_name: (r.info.status, r.data.tags.get("error")) for r in runs}
+    assert status["GoToObject-lstm-s0"] == ("KILLED", f"KeyboardInterrupt: terminated by signal {signal.SIGTERM.value}")
+    assert status["minigrid-quick"][0] == "KILLED"

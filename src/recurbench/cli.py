@@ -7,6 +7,7 @@ capabilities not built yet exit with code 2.
 from __future__ import annotations
 
 import json
+import signal
 import sys
 from typing import Annotated, Any
 
@@ -43,8 +44,16 @@ TrackingOpt = Annotated[
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
 
 
+def _terminated(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt(f"terminated by signal {signum}")
+
+
 def main() -> None:
-    """Console entry point: user errors become one message and a non-zero exit code."""
+    """Console entry point: user errors become one message and a non-zero exit code.
+
+    SIGTERM (a scheduler's or ``timeout``'s stop) unwinds like Ctrl-C, so the MLflow runs in progress
+    are ended KILLED instead of being left RUNNING."""
+    signal.signal(signal.SIGTERM, _terminated)
     try:
         app()
     except NotBuiltError as exc:

@@ -145,8 +145,8 @@ class Tracker(ABC):
         handle = self._start(experiment, name, {k: str(v) for k, v in (tags or {}).items()}, parent_id)
         try:
             yield handle
-        except KeyboardInterrupt:
-            handle.set_tags({"error": "KeyboardInterrupt"})
+        except KeyboardInterrupt as exc:
+            handle.set_tags({"error": f"KeyboardInterrupt: {exc}" if str(exc) else "KeyboardInterrupt"})
             self._end(handle, "KILLED")
             raise
         except BaseException as exc:
