@@ -22,7 +22,7 @@ from torch import nn
 
 from recurbench.errors import ConfigError
 from recurbench.forecasters.layers.attention import AttentionLayer, FullAttention
-from recurbench.kernels.rem import rem_apply, rem_matrices, rem_mix
+from recurbench.kernels.rem import rem_apply, rem_mix
 
 # (kind, dilated) of k1..k6, in the paper's order (Sec. 3, "Hyperparameters k_i and d").
 HEAD_TYPES = (("regular", False), ("cos", False), ("sin", False), ("regular", True), ("cos", True), ("sin", True))
@@ -190,13 +190,6 @@ class RSAMixer(nn.Module):
     def rem(self, v: torch.Tensor, query_positions: torch.Tensor | range | None = None) -> torch.Tensor:
         """P_h V_h for every head: ``v`` ``[B, Tk, H, D]`` -> ``[B, Tq, H, D]``."""
         return rem_apply(v, query_positions=query_positions, impl=self.impl, **self._rem_kwargs())
-
-    def matrices(
-        self, n_keys: int, query_positions: torch.Tensor | range | None = None, *, dtype: torch.dtype = torch.float32
-    ) -> torch.Tensor:
-        """The REMs P_h as dense matrices, ``[H, Tq, Tk]`` (``[B, H, Tq, Tk]`` for per-batch positions)."""
-        return rem_matrices(n_keys, query_positions=query_positions, dtype=dtype, device=self.mu.device,
-                            **self._rem_kwargs())
 
     def forward(
         self, attn_out: torch.Tensor, v: torch.Tensor, query_positions: torch.Tensor | range | None = None
