@@ -89,9 +89,12 @@ def test_predict_follows_the_acting_path_and_resets_at_episode_start(core):
             torch.testing.assert_close(a, b)
 
 
-@pytest.mark.parametrize("core,steps", [("lstm", 6144), ("rellstm", 6144)])
+@pytest.mark.parametrize("core,steps", [("lstm", 12288), ("rellstm", 12288)])
 def test_learns_to_recall_a_cue_over_a_delay(core, steps):
-    """A memoryless policy scores 0.5 on CueRecall; recurrent PPO must remember the cue."""
+    """A memoryless policy scores 0.5 on CueRecall; recurrent PPO must remember the cue.
+
+    12288 steps: with 6144 the LSTM solved it for seeds 2 and 3 but was still at chance for seeds 0 and
+    1 (stable-baselines3 2.9.2, gymnasium 1.4.0); with 12288 both cores solve it for seeds 0 and 1."""
     torch.set_num_threads(1)
     model = _model(core, delay=3, n_envs=8, n_steps=32, seq_len=8, batch_size=64, learning_rate=3e-3, seed=1)
     before, _ = evaluate_policy(model, make_vec_env(lambda: CueRecallEnv(delay=3), n_envs=4, seed=5),
