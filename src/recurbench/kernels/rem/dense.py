@@ -1,17 +1,12 @@
-"""The REMs as dense matrices, read off each head's kernel table (for fusing into attention weights).
+"""The REMs as dense matrices, read off each head's kernel table.
 
-Where an attention computes its weights ``W`` explicitly (softmax over ``[Tq, Tk]``), eq. 4 of the RSA
-paper can be applied to the weights instead of the outputs:
-
-    (1 - g) W V + g P V = ((1 - g) W + g P) V,
-
-which saves the second product with V. That needs P itself, cheaply: every entry of P_h is
-f_h(k) = Re(c_h z_h**k) at an integer exponent k = |p - s| / d_h (or 0), so the matrix is a gather from
-the table f_h(0..K) (:func:`recurbench.kernels.rem.heads.kernel_values`, f(0) = 0) with an integer
-index that depends only on the shapes, positions, dilations and masking. Its cost is O(H Tq Tk) --
-meant for short sequences; the O(T) operator is :func:`recurbench.kernels.rem.rem_apply`. Unlike
-:mod:`naive` (App. D.1 step by step, the reference this is tested against), no power or cosine is
-evaluated per matrix entry, and the backward pass is one scatter-add into the table.
+Every entry of P_h is f_h(k) = Re(c_h z_h**k) at an integer exponent k = |p - s| / d_h (or 0), so the
+matrix is a gather from the table f_h(0..K) (:func:`recurbench.kernels.rem.heads.kernel_values`,
+f(0) = 0) with an integer index that depends only on the shapes, positions, dilations and masking.
+Unlike :mod:`naive` (App. D.1 step by step, the reference this is tested against), no power or cosine
+is evaluated per matrix entry, and the backward pass is one scatter-add into the table. Its cost is
+O(H Tq Tk), so it serves short sequences: the small per-lane REMs of the fused mix (:mod:`.lanes`) and
+:func:`recurbench.kernels.rem.rem_matrices`; the O(T) operator is :func:`recurbench.kernels.rem.rem_apply`.
 """
 
 from __future__ import annotations
