@@ -62,21 +62,25 @@ def _fwd_bwd(v: torch.Tensor, params: dict[str, Any], impl: str | None) -> None:
     y.backward(torch.ones_like(y))
 
 
-def _timeit(
-    fn: Callable[[], None], repeats: int, device: torch.device, clock: Callable[[], float] = time.perf_counter
-) -> float:
-    """Median time of ``repeats`` calls after one warm-up (wall time unless ``clock`` says otherwise)."""
+def _time_calls(fn: Callable[[], None], repeats: int, device: torch.device) -> tuple[float, float]:
+    """Median wall time and median CPU time of this process over ``repeats`` calls, after one warm-up."""
     fn()
-    times = []
+    wall, cpu = [], []
     for _ in range(repeats):
         if device.type == "cuda":
             torch.cuda.synchronize()
-        t0 = clock()
+        w0, c0 = time.perf_counter(), time.process_time()
         fn()
         if device.type == "cuda":
             torch.cuda.synchronize()
-        times.append(clock() - t0)
-    return statistics.median(times)
+        wall.append(time.perf_counter() - w0)
+        cpu.append(time.process_time() - c0)
+    return statistics.median(wall), statistics.median(cpu)
+
+
+def _timeit(fn: Callable[[], None], repeats: int, device: torch.device) -> float:
+    """Median wall time of ``repeats`` calls after one warm-up."""
+    return _time_calls(fn, repeats, device)[0]
 
 
 def _status_kib(field: str) -> int:
@@ -257,14 +261,12 @@ def bench_rsa(
 
     base_step, rsa_step = make_step(None), make_step(heads_cfg)
     # Interleave the two so that load from other processes hits both alike.
-    base_t, rsa_t, base_cpu, rsa_cpu = [], [], [], []
+    base_rounds, rsa_rounds = [], []
     for _ in range(3):
-        base_t.append(_timeit(base_step, repeats, dev))
-        rsa_t.append(_timeit(rsa_step, repeats, dev))
-        base_cpu.append(_timeit(base_step, repeats, dev, clock=time.process_time))
-        rsa_cpu.append(_timeit(rsa_step, repeats, dev, clock=time.process_time))
-    t_base, t_rsa = min(base_t), min(rsa_t)
-    c_base, c_rsa = min(base_cpu), min(rsa_cpu)
+        base_rounds.append(_time_calls(base_step, repeats, dev))
+        rsa_rounds.append(_time_calls(rsa_step, repeats, dev))
+    t_base, c_base = (min(r[i] for r in base_rounds) for i in (0, 1))
+    t_rsa, c_rsa = (min(r[i] for r in rsa_rounds) for i in (0, 1))
     return {
         "seq_len": seq_len, "heads": heads, "head_dim": head_dim, "d_model": d_model, "batch": batch,
         "k1_k6": heads_cfg.k, "dilations": heads_cfg.dilations, "causal": causal, "impl": impl or "default",
