@@ -124,3 +124,8 @@ def test_rem_matrices_errors_name_the_problem():
         rem_matrices(4, kind="regular", eta=1.0, masked=True)
     with pytest.raises(ValueError, match="unknown impl 'fast'"):
         rem_matrices(4, kind=["regular"], eta=1.0, masked=True, impl="fast")
+
+
+def test_non_square_mix_needs_query_positions():
+    with pytest.raises(ValueError, match=r"query_positions is required when Tq \(5\) != Tk \(7\)"):
+        rem_mix(torch.randn(1, 5, 2, 2), torch.randn(1, 7, 2, 2), torch.tensor(0.5), kind="regular", eta=1.0, masked=False)

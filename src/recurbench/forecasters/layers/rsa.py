@@ -232,6 +232,4 @@ class RSAFullAttention(AttentionLayer):
     ) -> torch.Tensor:
         """Self-attention over ``x`` ``[B, T, d_model]``, or cross-attention to ``context``."""
         context = x if context is None else context
-        if self.mixer is not None and query_positions is None and x.shape[1] != context.shape[1]:
-            raise ValueError(f"query_positions is required when Tq ({x.shape[1]}) != Tk ({context.shape[1]})")
         return super().forward(x, context, context, query_positions=query_positions)

@@ -133,6 +133,8 @@ def rem_mix(
     if v.dim() != 4 or attn.dim() != 4:
         raise ValueError(f"attn and v must be [B, T, H, D], got {tuple(attn.shape)} and {tuple(v.shape)}")
     B, Tk, H, _ = v.shape
+    if query_positions is None and attn.shape[1] != Tk:
+        raise ValueError(f"query_positions is required when Tq ({attn.shape[1]}) != Tk ({Tk})")
     layout = make_layout(kind, dilation, H)
     if impl is None and _lanes_apply(attn, v, layout, query_positions):
         _check_truncate(truncate)
