@@ -302,7 +302,7 @@ def tune_cmd(
     timeout: Annotated[float | None, typer.Option("--timeout", help="Seconds after which each worker stops starting trials.")] = None,
     pruner: Annotated[str, typer.Option("--pruner", help="median | hyperband | none")] = "median",
     seed: Annotated[int, typer.Option("--seed", help="Seed of the TPE sampler and of every trial's training.")] = 0,
-    tune_lr: Annotated[bool, typer.Option("--tune-lr", help="Also tune the learning rate.")] = False,
+    tune_lr: Annotated[bool, typer.Option("--tune-lr", help="Also tune the learning rate and the RSA parameters' factor on it (rsa_lr_factor).")] = False,
     enqueue_paper: Annotated[bool, typer.Option("--enqueue-paper", help="Evaluate the profile's (paper's Table 5) head layout as the first trial.")] = False,
     best_out: Annotated[str | None, typer.Option("--best-out", help="Write the best configuration as a suite YAML that `recurbench run SUITE --config FILE --profile tuned` accepts.")] = None,
     tracking_uri: TrackingOpt = None,

@@ -57,3 +57,16 @@ def test_works_in_sktime_evaluate():
     cv = ExpandingWindowSplitter(fh=[1, 2], initial_window=120, step_length=15)
     results = sktime_evaluate(forecaster=f, y=y, cv=cv)
     assert len(results) == 2 and np.isfinite(results.iloc[:, 0]).all()
+
+
+def test_rsa_lr_factor_reaches_the_gates():
+    # The same fit with the RSA parameters at 30x the learning rate moves every layer's gate further.
+    y = hourly_frame(120)
+
+    def gates(factor):
+        f = RSAInformerForecaster(**TINY, max_epochs=1, rem_heads=(2, 0, 0, 0, 0, 0), rsa_lr_factor=factor)
+        return np.array([float(m.mu) for m in f.fit(y, fh=[1, 2]).network_.modules() if hasattr(m, "mu")])
+
+    slow, fast = gates(1.0), gates(30.0)
+    assert len(slow) == 3  # encoder self-attention, decoder self- and cross-attention
+    assert (np.abs(fast - 1.0) > 5 * np.abs(slow - 1.0)).all()

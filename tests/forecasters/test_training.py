@@ -60,3 +60,50 @@ def test_evaluate_averages_over_every_window_whatever_the_batch_size():
     for batch_size in (1, 8, 256):
         got = evaluate(model, data, 2, batch_size=batch_size)
         assert abs(got["mse"] - expected["mse"]) < 1e-6 and abs(got["mae"] - expected["mae"]) < 1e-6
+
+
+def _one_step(factor: float, epochs: int = 1):
+    from recurbench.forecasters.config import ForecasterConfig, RSASpec
+    from recurbench.forecasters.models import build_network
+
+    cfg = ForecasterConfig(
+        n_features=2, n_marks=0, seq_len=8, label_len=4, pred_len=2, d_model=12, n_heads=3, e_layers=1,
+        d_layers=1, d_ff=8, dropout=0.0, rsa=RSASpec(k=(1, 1, 1, 0, 0, 0)),
+    )
+    torch.manual_seed(0)
+    model = build_network("rsa_informer", cfg)
+    before = {n: p.detach().clone() for n, p in model.named_parameters()}
+    g = torch.Generator().manual_seed(1)
+    n = 16
+    data = TensorDataset(torch.randn(n, 8, 2, generator=g), torch.randn(n, 6, 2, generator=g),
+                         torch.zeros(n, 8, 0), torch.zeros(n, 6, 0))
+    torch.manual_seed(2)  # ProbSparse samples keys: the same draws for both factors
+    cfg_t = TrainConfig(epochs=epochs, batch_size=n, learning_rate=1e-3, rsa_lr_factor=factor, max_train_batches=1)
+    result = train(model, data, None, 2, cfg_t, generator=torch.Generator().manual_seed(3))
+    steps = {name: (p.detach() - before[name]) for name, p in model.named_parameters()}
+    return steps, result
+
+
+def test_rsa_lr_factor_scales_only_the_gates_and_rem_parameters():
+    # Adam's first step moves every parameter by ~lr (sign of its gradient): with the factor, the RSA
+    # parameters (mu, eta, nu, theta of every mixer) move `factor` times as far, everything else the same.
+    base, _ = _one_step(1.0)
+    fast, _ = _one_step(10.0)
+    rsa_names = [n for n in base if n.rsplit(".", 1)[-1] in ("mu", "eta", "nu", "theta")]
+    assert {n.rsplit(".", 1)[-1] for n in rsa_names} == {"mu", "eta", "nu", "theta"}
+    for name, step in base.items():
+        if name in rsa_names:
+            assert step.abs().max() > 5e-4, name  # it did move
+            torch.testing.assert_close(fast[name], 10 * step, rtol=1e-3, atol=1e-7, msg=name)
+        else:
+            torch.testing.assert_close(fast[name], step, rtol=0, atol=0, msg=name)
+
+
+def test_rsa_lr_factor_halves_with_the_learning_rate_and_must_be_positive():
+    import pytest
+
+    _, result = _one_step(100.0, epochs=2)
+    assert [r.learning_rate for r in result.epochs] == [1e-3, 5e-4]  # the base rate is what epochs report
+    for bad in (0.0, -1.0, float("nan"), float("inf")):
+        with pytest.raises(ValueError, match=r"TrainConfig.rsa_lr_factor: must be a positive number, got"):
+            TrainConfig(rsa_lr_factor=bad)

@@ -114,6 +114,10 @@ class WindowedTorchForecaster(BaseForecaster):
     def _rsa(self) -> RSASpec | None:
         return None
 
+    def _training(self) -> dict[str, Any]:
+        """Model-specific TrainConfig fields."""
+        return {}
+
     # -- sktime ---------------------------------------------------------------------------------------
     def _seed(self) -> int:
         return 0 if self.random_state is None else int(self.random_state)
@@ -158,7 +162,7 @@ class WindowedTorchForecaster(BaseForecaster):
             generator = torch.Generator().manual_seed(self._seed())
             train_cfg = TrainConfig(
                 epochs=self.max_epochs, batch_size=self.batch_size, learning_rate=self.learning_rate,
-                patience=self.patience,
+                patience=self.patience, **self._training(),
             )
             self.training_ = train(self.network_, train_set, val_set, pred_len, train_cfg, generator=generator)
         return self
@@ -302,16 +306,22 @@ class TransformerXLForecaster(WindowedTorchForecaster):
 # ------------------------------------------------------------------------------------------ RSA variants
 
 
-_RSA_ONLY = ("rem_heads", "rem_dilations", "gate_init", "self", "__class__")
+_RSA_ONLY = ("rem_heads", "rem_dilations", "gate_init", "rsa_lr_factor", "self", "__class__")
 
 
 class _RSAMixin:
-    """REM heads for an RSA estimator: ``rem_heads`` = (k1..k6), ``rem_dilations`` one per dilated head."""
+    """REM heads for an RSA estimator: ``rem_heads`` = (k1..k6), ``rem_dilations`` one per dilated head;
+    ``gate_init`` the gates' mu at start; ``rsa_lr_factor`` the gates' and REM parameters' learning rate
+    as a multiple of ``learning_rate`` (:attr:`recurbench.forecasters.training.TrainConfig.rsa_lr_factor`)."""
 
     rem_heads: tuple[int, ...] | None
     rem_dilations: tuple[int, ...] | None
     gate_init: float
+    rsa_lr_factor: float
     n_heads: int
+
+    def _training(self) -> dict[str, Any]:
+        return {"rsa_lr_factor": float(self.rsa_lr_factor)}
 
     def _rsa(self) -> RSASpec:
         k = tuple(self.rem_heads) if self.rem_heads is not None else (self.n_heads, 0, 0, 0, 0, 0)
@@ -346,10 +356,12 @@ class RSAInformerForecaster(_RSAMixin, InformerForecaster):
         learning_rate: float = 1e-4, patience: int = 3, val_size: float = 0.0, random_state: int | None = None,
         factor: int = 5, attention: str = "prob", distil: bool = False,
         rem_heads: tuple[int, ...] | None = None, rem_dilations: tuple[int, ...] | None = None, gate_init: float = 1.0,
+        rsa_lr_factor: float = 1.0,
     ) -> None:
         self.rem_heads = rem_heads
         self.rem_dilations = rem_dilations
         self.gate_init = gate_init
+        self.rsa_lr_factor = rsa_lr_factor
         super().__init__(**{k: v for k, v in locals().items() if k not in _RSA_ONLY})
 
     @classmethod
@@ -379,10 +391,12 @@ class RSALogSparseForecaster(_RSAMixin, LogSparseForecaster):
         learning_rate: float = 1e-4, patience: int = 3, val_size: float = 0.0, random_state: int | None = None,
         conv_kernel: int = 3, local_window: int = 0,
         rem_heads: tuple[int, ...] | None = None, rem_dilations: tuple[int, ...] | None = None, gate_init: float = 1.0,
+        rsa_lr_factor: float = 1.0,
     ) -> None:
         self.rem_heads = rem_heads
         self.rem_dilations = rem_dilations
         self.gate_init = gate_init
+        self.rsa_lr_factor = rsa_lr_factor
         super().__init__(**{k: v for k, v in locals().items() if k not in _RSA_ONLY})
 
     @classmethod
@@ -412,10 +426,12 @@ class RSATransformerXLForecaster(_RSAMixin, TransformerXLForecaster):
         learning_rate: float = 1e-4, patience: int = 3, val_size: float = 0.0, random_state: int | None = None,
         segment_len: int | None = None,
         rem_heads: tuple[int, ...] | None = None, rem_dilations: tuple[int, ...] | None = None, gate_init: float = 1.0,
+        rsa_lr_factor: float = 1.0,
     ) -> None:
         self.rem_heads = rem_heads
         self.rem_dilations = rem_dilations
         self.gate_init = gate_init
+        self.rsa_lr_factor = rsa_lr_factor
         super().__init__(**{k: v for k, v in locals().items() if k not in _RSA_ONLY})
 
     @classmethod

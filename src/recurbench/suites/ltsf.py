@@ -25,7 +25,7 @@ from importlib import resources
 from typing import Any
 
 import torch
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from recurbench.config import StrictModel, known_name
 from recurbench.data import DATASETS
@@ -86,6 +86,8 @@ class TrainingSettings(StrictModel):
     patience: int = 3
     max_train_batches: int | None = None
     max_val_batches: int | None = None
+    rsa_lr_factor: float = Field(1.0, gt=0, allow_inf_nan=False)
+    """RSA gates and REM parameters train at learning_rate x this (TrainConfig.rsa_lr_factor)."""
 
 
 _Dataset = known_name(DATASETS, "dataset")
@@ -163,6 +165,7 @@ class LTSFSuite(SuiteDefinition):
         training = TrainConfig(
             epochs=ts.epochs, batch_size=ts.batch_size, learning_rate=ts.learning_rate, lr_decay=ts.lr_decay,
             patience=ts.patience, max_train_batches=ts.max_train_batches, max_val_batches=ts.max_val_batches,
+            rsa_lr_factor=ts.rsa_lr_factor,
         )
         plans: list[RunPlan] = []
         for dataset in datasets:

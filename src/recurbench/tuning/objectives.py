@@ -80,6 +80,7 @@ class LTSFObjective(Objective):
         params.update({f"dilation_{i}": d for i, d in enumerate(rsa.dilations)})
         if self.tune_lr:
             params["learning_rate"] = self.job.training.learning_rate
+            params["rsa_lr_factor"] = self.job.training.rsa_lr_factor
         return params
 
     def tuned_profile(self, base: dict[str, Any], best: optuna.trial.FrozenTrial) -> dict[str, Any]:
@@ -94,7 +95,8 @@ class LTSFObjective(Objective):
                 "k": list(best.user_attrs["k"]), "dilations": list(best.user_attrs["dilations"])}}}},
         }
         if "learning_rate" in best.params:
-            tuned["training"] = {**base.get("training", {}), "learning_rate": float(best.params["learning_rate"])}
+            tuned["training"] = {**base.get("training", {}), "learning_rate": float(best.params["learning_rate"]),
+                                 "rsa_lr_factor": float(best.params["rsa_lr_factor"])}
         return tuned
 
     def __call__(self, trial: optuna.Trial, run: RunHandle) -> float:
@@ -112,9 +114,12 @@ class LTSFObjective(Objective):
         network_cfg.check()
         training = job.training
         if self.tune_lr:
-            training = dataclasses.replace(training, learning_rate=trial.suggest_float("learning_rate", 1e-5, 1e-3, log=True))
+            training = dataclasses.replace(
+                training, learning_rate=trial.suggest_float("learning_rate", 1e-5, 1e-3, log=True),
+                rsa_lr_factor=trial.suggest_float("rsa_lr_factor", 1.0, 1000.0, log=True),
+            )
         run.log_params({"k": list(choice.k), "dilations": list(choice.dilations), "gate_init": choice.gate_init,
-                        "learning_rate": training.learning_rate})
+                        "learning_rate": training.learning_rate, "rsa_lr_factor": training.rsa_lr_factor})
         trial.set_user_attr("k", list(choice.k))
         trial.set_user_attr("dilations", list(choice.dilations))
         seed_everything(self.seed)
