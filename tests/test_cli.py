@@ -85,3 +85,25 @@ def test_total_timesteps_is_minigrid_only():
     result = runner.invoke(app, ["run", "ltsf", "--total-timesteps", "1000"])
     assert isinstance(result.exception, RecurbenchError)
     assert "--total-timesteps applies to the minigrid suite, not 'ltsf'" in str(result.exception)
+
+
+def test_a_bad_suite_config_fails_before_the_tracking_store_is_written(tmp_path, monkeypatch):
+    # The error names the file and key; neither the store nor results/ is created.
+    from importlib import resources
+
+    import yaml
+
+    from recurbench.errors import ConfigError
+
+    doc = yaml.safe_load(resources.files("recurbench.suites").joinpath("ltsf.yaml").read_text())
+    doc["profiles"]["quick"]["training"]["rsa_lr_factor"] = -1
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(yaml.safe_dump(doc))
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    store = tmp_path / "store.db"
+    for uri in ([], ["--tracking-uri", f"sqlite:///{store}"]):
+        result = runner.invoke(app, ["run", "ltsf", "--config", str(bad), *uri])
+        assert isinstance(result.exception, ConfigError)
+        assert f"{bad}: profiles.quick.training.rsa_lr_factor: Input should be greater than 0" in str(result.exception)
+    assert not store.exists() and not (tmp_path / "results").exists()

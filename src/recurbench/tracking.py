@@ -259,17 +259,21 @@ def _param_value(value: Any) -> str:
 
 
 class MlflowTracker(Tracker):
-    """Tracks to MLflow. With the default embedded store, creates ``results/`` on first use."""
+    """Tracks to MLflow. The store is opened (and, for the default embedded one, ``results/`` created)
+    on first use, so a command that fails validation before its first run writes nothing."""
 
     def __init__(self, tracking_uri: str | None = None) -> None:
-        from mlflow.tracking import MlflowClient
-
         self.tracking_uri = resolve_tracking_uri(tracking_uri)
         self._default_store = self.tracking_uri == DEFAULT_TRACKING_URI
+        self._experiments: dict[str, str] = {}
+
+    @functools.cached_property
+    def client(self) -> Any:
+        from mlflow.tracking import MlflowClient
+
         if self._default_store:
             RESULTS_DIR.mkdir(parents=True, exist_ok=True)
-        self.client = MlflowClient(tracking_uri=self.tracking_uri)
-        self._experiments: dict[str, str] = {}
+        return MlflowClient(tracking_uri=self.tracking_uri)
 
     def experiment_id(self, experiment: str) -> str:
         if experiment not in self._experiments:
