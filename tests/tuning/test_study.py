@@ -233,3 +233,26 @@ def test_the_best_ltsf_configuration_is_a_suite_file_run_accepts(tmp_path, data_
     rsa = plan.payload.network.rsa
     assert (rsa.k, rsa.dilations, rsa.gate_init) == ((4, 1, 1, 0, 1, 1), (24, 2), 2.0)
     assert plan.tags == {"model": "rsa_informer", "dataset": "ETTh1", "horizon": "24"}
+
+
+def test_tune_lr_writes_the_learning_rate_and_rsa_lr_factor_the_suite_then_trains_with(tmp_path, data_dir):
+    from optuna.distributions import FloatDistribution, IntDistribution
+
+    from recurbench.suites.runner import load_profile
+    from recurbench.tuning.objectives import LTSFObjective, write_best_profile
+
+    objective = LTSFObjective("rsa_informer", "ETTh1", 24, "quick", str(data_dir), tune_lr=True)
+    baseline = objective.paper_params()
+    assert baseline is not None and (baseline["learning_rate"], baseline["rsa_lr_factor"]) == (1e-4, 1.0)
+    params = {"cyclical_pairs": 0, "dilated_regular_fraction": 0.0, "gate_init": 1.0,
+              "learning_rate": 3e-4, "rsa_lr_factor": 50.0}
+    dists = {"cyclical_pairs": IntDistribution(0, 4), "dilated_regular_fraction": FloatDistribution(0, 1),
+             "gate_init": FloatDistribution(-3, 3), "learning_rate": FloatDistribution(1e-5, 1e-3, log=True),
+             "rsa_lr_factor": FloatDistribution(1.0, 1000.0, log=True)}
+    best = optuna.trial.create_trial(params=params, distributions=dists, value=1.0,
+                                     user_attrs={"k": [8, 0, 0, 0, 0, 0], "dilations": []})
+    write_best_profile(objective, best, str(tmp_path / "tuned.yaml"))
+    definition, profile = load_profile("ltsf", "tuned", tmp_path / "tuned.yaml")
+    (plan,) = definition.plan(profile, {}, data_dir=str(data_dir))
+    training = plan.payload.training
+    assert (training.learning_rate, training.rsa_lr_factor) == (3e-4, 50.0)
