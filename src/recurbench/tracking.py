@@ -264,14 +264,13 @@ class MlflowTracker(Tracker):
 
     def __init__(self, tracking_uri: str | None = None) -> None:
         self.tracking_uri = resolve_tracking_uri(tracking_uri)
-        self._default_store = self.tracking_uri == DEFAULT_TRACKING_URI
         self._experiments: dict[str, str] = {}
 
     @functools.cached_property
     def client(self) -> Any:
         from mlflow.tracking import MlflowClient
 
-        if self._default_store:
+        if self.tracking_uri == DEFAULT_TRACKING_URI:
             RESULTS_DIR.mkdir(parents=True, exist_ok=True)
         return MlflowClient(tracking_uri=self.tracking_uri)
 

@@ -94,9 +94,9 @@ class LTSFObjective(Objective):
             "rem_heads": {self.dataset: {self.horizon: {self.model: {
                 "k": list(best.user_attrs["k"]), "dilations": list(best.user_attrs["dilations"])}}}},
         }
-        if "learning_rate" in best.params:
-            tuned["training"] = {**base.get("training", {}), "learning_rate": float(best.params["learning_rate"]),
-                                 "rsa_lr_factor": float(best.params["rsa_lr_factor"])}
+        rates = {k: float(best.params[k]) for k in ("learning_rate", "rsa_lr_factor") if k in best.params}
+        if rates:  # --tune-lr (a study begun before rsa_lr_factor was searched has only the learning rate)
+            tuned["training"] = {**base.get("training", {}), **rates}
         return tuned
 
     def __call__(self, trial: optuna.Trial, run: RunHandle) -> float:
