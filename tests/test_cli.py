@@ -87,6 +87,12 @@ def test_total_timesteps_is_minigrid_only():
     assert "--total-timesteps applies to the minigrid suite, not 'ltsf'" in str(result.exception)
 
 
+def test_first_seed_must_not_be_negative():
+    result = runner.invoke(app, ["run", "ltsf", "--first-seed", "-1"])
+    assert isinstance(result.exception, RecurbenchError)
+    assert "--first-seed must be at least 0, got -1" in str(result.exception)
+
+
 def test_a_bad_suite_config_fails_before_the_tracking_store_is_written(tmp_path, monkeypatch):
     # The error names the file and key; neither the store nor results/ is created.
     from importlib import resources

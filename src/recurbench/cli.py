@@ -238,7 +238,10 @@ def run_cmd(
     horizons: Annotated[list[str] | None, typer.Option("--horizons", help="LTSF: horizons to run.")] = None,
     models: Annotated[list[str] | None, typer.Option("--models", help="Models (forecasters) or cores (agents) to run.")] = None,
     envs: Annotated[list[str] | None, typer.Option("--envs", help="MiniGrid: env pairs to run (see `recurbench list envs`).")] = None,
-    seeds: Annotated[int | None, typer.Option("--seeds", help="Number of seeds (0..N-1), overriding the profile.")] = None,
+    seeds: Annotated[int | None, typer.Option("--seeds", help="Number of seeds, overriding the profile.")] = None,
+    first_seed: Annotated[
+        int, typer.Option("--first-seed", help="First seed: runs seeds S..S+N-1 (add seeds to a finished set).")
+    ] = 0,
     total_timesteps: Annotated[
         int | None, typer.Option("--total-timesteps", help="MiniGrid: env steps per run, overriding the profile.")
     ] = None,
@@ -261,6 +264,10 @@ def run_cmd(
         if seeds < 1:
             raise RecurbenchError(f"--seeds must be at least 1, got {seeds}")
         selection["seeds"] = seeds
+    if first_seed < 0:
+        raise RecurbenchError(f"--first-seed must be at least 0, got {first_seed}")
+    if first_seed:
+        selection["first_seed"] = first_seed
     if total_timesteps is not None:
         if suite != "minigrid":
             raise RecurbenchError(f"--total-timesteps applies to the minigrid suite, not {suite!r}")

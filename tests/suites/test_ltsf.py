@@ -58,6 +58,9 @@ def test_paper_plan_validates_every_setting(data_dir):
     one = next(p for p in plans if p.name == "rsa_xl-ETTh1-336-s0")
     assert one.tags == {"model": "rsa_xl", "dataset": "ETTh1", "horizon": "336"}
     assert one.payload.network.rsa.dilations == (48, 24, 24)
+    later = suite.plan(paper, {"datasets": ["ETTh1"], "horizons": ["24"], "models": ["informer"], "seeds": 2,
+                               "first_seed": 3}, data_dir=str(data_dir))
+    assert [(p.name, p.seed) for p in later] == [("informer-ETTh1-24-s3", 3), ("informer-ETTh1-24-s4", 4)]
 
 
 @pytest.mark.parametrize(

@@ -42,6 +42,9 @@ def test_shipped_profiles_plan_every_pair_and_core():
     assert quick.envs == ["GoToObject", "GoToDoor"]
     narrowed = definition.plan(quick, {"envs": ["DoorKey"], "models": ["lstm"], "seeds": 2}, data_dir=None)
     assert [p.name for p in narrowed] == ["DoorKey-lstm-s0", "DoorKey-lstm-s1"]
+    # --first-seed adds seeds to a finished set: seeds 2 and 3, seeded as named.
+    more = definition.plan(quick, {"envs": ["DoorKey"], "models": ["lstm"], "seeds": 2, "first_seed": 2}, data_dir=None)
+    assert [(p.name, p.seed) for p in more] == [("DoorKey-lstm-s2", 2), ("DoorKey-lstm-s3", 3)]
     budget = definition.plan(paper, {"envs": ["DoorKey"], "models": ["lstm"], "total_timesteps": 300_000}, data_dir=None)
     assert budget[0].params["total_timesteps"] == 300_000
     assert budget[0].payload[2].total_timesteps == 300_000  # what execute() trains for

@@ -217,7 +217,7 @@ class LTSFSuite(SuiteDefinition):
                         "rsa": asdict(rsa) if rsa is not None else "none",
                         "training": asdict(training), "torch_threads": profile.torch_threads,
                     }
-                    for seed in range(seeds):
+                    for seed in seeds:
                         plans.append(RunPlan(
                             name=f"{model}-{dataset}-{horizon}-s{seed}", seed=seed,
                             tags={"model": model, "dataset": dataset, "horizon": str(horizon)},

@@ -101,7 +101,7 @@ class MinigridSuite(SuiteDefinition):
         for pair_name in envs:
             pair = ENV_PAIRS[pair_name]
             for core in models:
-                for seed in range(seeds):
+                for seed in seeds:
                     params = {
                         "train_env": pair.train, "test_env": pair.test, "core": core,
                         "total_timesteps": profile.total_timesteps, "eval_episodes": profile.eval_episodes,

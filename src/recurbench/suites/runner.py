@@ -110,12 +110,16 @@ def selected_names(
     return names
 
 
-def selected_seeds(selection: Mapping[str, Any], default: int) -> int:
-    """``--seeds`` if given, else the profile's seed count; at least one."""
+def selected_seeds(selection: Mapping[str, Any], default: int) -> range:
+    """The seeds to run: ``--seeds`` (else the profile's seed count) consecutive seeds starting at
+    ``--first-seed`` (default 0), so that more seeds can be added to a finished set later."""
     seeds = int(selection.get("seeds") or default)
     if seeds < 1:
         raise ConfigError(f"seeds: must be at least 1 (from --seeds or the profile), got {seeds}")
-    return seeds
+    first = int(selection.get("first_seed") or 0)
+    if first < 0:
+        raise ConfigError(f"first seed: must be at least 0 (from --first-seed), got {first}")
+    return range(first, first + seeds)
 
 
 def _definitions() -> dict[str, Callable[[], SuiteDefinition]]:
