@@ -81,6 +81,24 @@ def test_bench_rsa_rejects_an_unknown_rem_path():
     assert "--impl must be one of naive, chunked, triton, got 'fast'" in str(result.exception)
 
 
+def test_bench_rsa_rejects_an_unknown_baseline_attention():
+    result = runner.invoke(app, ["bench", "rsa", "--attention", "sparse"])
+    assert isinstance(result.exception, RecurbenchError)
+    assert "--attention must be one of full, prob, got 'sparse'" in str(result.exception)
+
+
+@pytest.mark.parametrize("attention", ["full", "prob"])
+def test_bench_rsa_times_both_layers_of_either_baseline(attention):
+    args = ["bench", "rsa", "--seq-len", "16", "--heads", "2", "--head-dim", "4", "--batch", "2", "--k", "(0,1,1,0,0,0)",
+            "--dilations", "-", "--repeats", "1", "--threads", "1", "--attention", attention, "--json"]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.output
+    out = json.loads(result.output)
+    assert out["attention"] == attention and out["k1_k6"] == [0, 1, 1, 0, 0, 0]
+    assert out["time_baseline_step_s"] > 0 and out["time_rsa_step_s"] > 0
+    assert out["overhead_ratio"] == pytest.approx(out["time_rsa_step_s"] / out["time_baseline_step_s"])
+
+
 def test_total_timesteps_is_minigrid_only():
     result = runner.invoke(app, ["run", "ltsf", "--total-timesteps", "1000"])
     assert isinstance(result.exception, RecurbenchError)

@@ -448,6 +448,9 @@ def bench_rsa_cmd(
     k1_k6: Annotated[str, typer.Option("--k", help="REM head counts k1..k6 (Table 5 notation).")] = "(0,2,2,0,2,2)",
     dilations: Annotated[str, typer.Option("--dilations", help="Dilations of the dilated heads, or '-'.")] = "[24,24,24,24]",
     causal: Annotated[bool, typer.Option("--causal", help="Masked (decoder) self-attention.")] = False,
+    attention: Annotated[
+        str, typer.Option("--attention", help="Baseline layer: full (softmax, SDPA) or prob (Informer's ProbSparse).")
+    ] = "full",
     impl: Annotated[
         str | None, typer.Option("--impl", help="REM path: naive, chunked or triton (default: the device's default).")
     ] = None,
@@ -457,12 +460,14 @@ def bench_rsa_cmd(
 ) -> None:
     """Training-step overhead of an RSA attention layer over the same layer without REMs."""
     from recurbench.kernels.rem import IMPLS
-    from recurbench.kernels.rem.bench import bench_rsa
+    from recurbench.kernels.rem.bench import BASELINE_ATTENTIONS, bench_rsa
 
     if impl is not None and impl not in IMPLS:
         raise RecurbenchError(f"--impl must be one of {', '.join(IMPLS)}, got {impl!r}")
-    result = bench_rsa(seq_len, heads, head_dim, batch, k1_k6=k1_k6, dilations=dilations, causal=causal, impl=impl,
-                       repeats=repeats, threads=threads)
+    if attention not in BASELINE_ATTENTIONS:
+        raise RecurbenchError(f"--attention must be one of {', '.join(BASELINE_ATTENTIONS)}, got {attention!r}")
+    result = bench_rsa(seq_len, heads, head_dim, batch, k1_k6=k1_k6, dilations=dilations, causal=causal,
+                       attention=attention, impl=impl, repeats=repeats, threads=threads)
     if as_json:
         return _print_json(result)
     console.print(_table("RSA layer training step", ["field", "value"], [[k, v] for k, v in result.items()]))

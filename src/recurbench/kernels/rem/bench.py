@@ -214,6 +214,10 @@ def bench_rem_sweep(
             "linearity_max_over_min": max(per_k) / min(per_k)}
 
 
+BASELINE_ATTENTIONS = ("full", "prob")
+"""``bench rsa``'s baseline layers: softmax attention (SDPA) or Informer's ProbSparse."""
+
+
 def bench_rsa(
     seq_len: int = 96,
     heads: int = 8,
@@ -223,20 +227,26 @@ def bench_rsa(
     k1_k6: str = "(0,2,2,0,2,2)",
     dilations: str = "[24,24,24,24]",
     causal: bool = False,
+    attention: str = "full",
     impl: str | None = None,
     repeats: int = 10,
     threads: int = 2,
     device: str | None = None,
 ) -> dict[str, Any]:
-    """Training step (forward, backward, Adam step) of :class:`RSAFullAttention` with and without REMs.
+    """Training step (forward, backward, Adam step) of an attention layer with and without REMs:
+    ``attention="full"`` is :class:`RSAFullAttention` (softmax attention through SDPA), ``"prob"``
+    Informer's own layer (ProbSparse, factor 5), which is what RSA-Informer's self-attention wraps.
 
     Defaults: Informer's size (d_model = 512, 8 heads, encoder input 96, batch 32) and its Table 5 head
     configuration for ETTh1 (k = (0,2,2,0,2,2), d = [24,24,24,24]). ``impl`` picks the REM path
     (``None``: the default, i.e. the fused mix of :func:`recurbench.kernels.rem.rem_mix` where it
     applies). Besides wall time, the CPU time of this process is reported (robust to other processes
     on shared cores)."""
-    from recurbench.forecasters.layers.rsa import REMHeadConfig, RSAFullAttention
+    from recurbench.forecasters.layers.attention import AttentionLayer, ProbSparseAttention
+    from recurbench.forecasters.layers.rsa import REMHeadConfig, RSAFullAttention, RSAMixer
 
+    if attention not in BASELINE_ATTENTIONS:
+        raise ValueError(f"attention must be one of {', '.join(BASELINE_ATTENTIONS)}, got {attention!r}")
     torch.set_num_threads(threads)
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
     dev = torch.device(device)
@@ -248,12 +258,17 @@ def bench_rsa(
 
     def make_step(cfg: REMHeadConfig | None) -> Callable[[], None]:
         torch.manual_seed(0)
-        layer = RSAFullAttention(d_model, heads, cfg, causal=causal, impl=impl).to(dev)
+        if attention == "full":
+            layer: torch.nn.Module = RSAFullAttention(d_model, heads, cfg, causal=causal, impl=impl)
+        else:
+            mixer = None if cfg is None else RSAMixer(heads, cfg, masked=causal, impl=impl)
+            layer = AttentionLayer(ProbSparseAttention(factor=5, causal=causal), d_model, heads, mixer=mixer)
+        layer = layer.to(dev)
         opt = torch.optim.Adam(layer.parameters(), lr=1e-4)
 
         def step() -> None:
             opt.zero_grad(set_to_none=True)
-            loss = torch.nn.functional.mse_loss(layer(x), target)
+            loss = torch.nn.functional.mse_loss(layer(x, x, x) if attention == "prob" else layer(x), target)
             loss.backward()
             opt.step()
 
@@ -269,7 +284,8 @@ def bench_rsa(
     t_rsa, c_rsa = (min(r[i] for r in rsa_rounds) for i in (0, 1))
     return {
         "seq_len": seq_len, "heads": heads, "head_dim": head_dim, "d_model": d_model, "batch": batch,
-        "k1_k6": heads_cfg.k, "dilations": heads_cfg.dilations, "causal": causal, "impl": impl or "default",
+        "k1_k6": heads_cfg.k, "dilations": heads_cfg.dilations, "causal": causal, "attention": attention,
+        "impl": impl or "default",
         "device": torch.cuda.get_device_name() if dev.type == "cuda" else "cpu", "threads": torch.get_num_threads(),
         "time_baseline_step_s": t_base, "time_rsa_step_s": t_rsa,
         "overhead_ratio": t_rsa / t_base, "overhead_pct": 100 * (t_rsa / t_base - 1),
