@@ -40,10 +40,21 @@ def test_ltsf_mean_std_n_over_seeds(ltsf):
     assert (c["mean"], c["std"], c["n"]) == (pytest.approx(0.7), pytest.approx(0.1), 3)
     c = cell(ltsf, "mae", dataset="ETTh1", horizon=24, model="rsa_informer")
     assert (c["mean"], c["std"], c["n"]) == (pytest.approx(0.46), pytest.approx(math.sqrt(0.0002)), 2)
-    c = cell(ltsf, "mse", dataset="ETTh1", horizon=48, model="informer")
-    assert c["mean"] == pytest.approx(1.1) and c["n"] == 1 and math.isnan(c["std"])
+    c = cell(ltsf, "mse", dataset="ETTh1", horizon=48, model="rsa_informer")
+    assert c["mean"] == pytest.approx(0.5) and c["n"] == 1 and math.isnan(c["std"])
     assert ltsf.profile == "quick"
     assert any("superseded" in n for n in ltsf.notes) and any("paper" in n for n in ltsf.notes)
+
+
+def test_runs_of_other_settings_are_never_pooled(ltsf):
+    # ETTh1-48 rsa_informer: the older seed-1 run was trained with seq_len 48 (MSE 7.0): left out, and
+    # the note names the configuration and the param.
+    note = next(n for n in ltsf.notes if "settings differ" in n)
+    assert note.startswith("1 older finished run(s) left out")
+    assert "ETTh1/48/rsa_informer: seq_len 48 (newest: 96)" in note
+    # ETTh1-48 informer: the older seed-1 run differs only in its thread count: pooled (1.1 and 1.3).
+    c = cell(ltsf, "mse", dataset="ETTh1", horizon=48, model="informer")
+    assert (c["mean"], c["n"]) == (pytest.approx(1.2), 2)
 
 
 def test_ltsf_paper_values_and_difference(ltsf):
@@ -124,7 +135,7 @@ def test_by_profile_and_reference_options(store):
     assert cell(paper, "mse", dataset="ETTh1", horizon=24, model="informer")["mean"] == pytest.approx(9.9)
     by_model = compare("ltsf", tracking_uri=store.uri, by=["model"], reference="paper")
     informer = cell(by_model, "mse", model="informer")  # ETTh1-24 seeds and ETTh1-48 pooled
-    assert informer["mean"] == pytest.approx((0.6 + 0.7 + 0.8 + 1.1) / 4) and informer["n"] == 4
+    assert informer["mean"] == pytest.approx((0.6 + 0.7 + 0.8 + 1.1 + 1.3) / 5) and informer["n"] == 5
     assert "paper" not in by_model.cells and by_model.wins is None
     plain = compare("ltsf", tracking_uri=store.uri, reference="none")
     assert "paper" not in plain.cells and "paper" not in render(plain, "markdown").split("###")[1]

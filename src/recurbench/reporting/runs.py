@@ -9,9 +9,15 @@ Two choices decide which runs a comparison sees, and both are made here, once:
 
 * **profile** — runs of different profiles (``quick`` vs ``paper``) are never pooled. By default the
   profile of the most recent parent run is used; ``profile="all"`` keeps every profile.
+* **one setting per configuration** — a configuration (the suite's keys: dataset/horizon/model or
+  env/agent) may have been run with different settings (a ``--config`` variant, another learning
+  rate, an older version's defaults). Seeds of different settings are never pooled: the newest
+  FINISHED run of a configuration decides its settings, and older runs whose logged params differ
+  from it (on any param both logged, seed and thread count aside) are left out, with a note naming
+  the differing params.
 * **one run per configuration and seed** — when the same configuration and seed were run more than
-  once, only the most recently started FINISHED run counts, so a re-run replaces rather than doubles
-  a seed.
+  once with those settings, only the most recently started FINISHED run counts, so a re-run replaces
+  rather than doubles a seed.
 
 Runs that did not finish (FAILED, KILLED, still RUNNING) never enter an aggregate; they are returned
 separately so that a table can list them.
@@ -34,6 +40,8 @@ from recurbench.errors import RecurbenchError
 from recurbench.tracking import experiment_name, resolve_tracking_uri
 
 PARENT_TAG = "mlflow.parentRunId"
+EXECUTION_PARAMS = frozenset({"seed", "torch_threads"})
+"""Params that say how a run was executed, not what was run: runs differing only in these pool."""
 
 
 @dataclass(frozen=True)
@@ -72,6 +80,8 @@ class SuiteRuns:
     """Nested runs that are FAILED, KILLED or still RUNNING, newest first."""
     superseded: int = 0
     """Finished runs dropped because a later run of the same configuration and seed exists."""
+    other_settings: int = 0
+    """Finished runs dropped because their params differ from the newest run of their configuration."""
     latest_parent_id: str | None = None
     notes: list[str] = field(default_factory=list)
 
@@ -133,6 +143,18 @@ def _record(run: Any) -> RunRecord:
     )
 
 
+def settings_diff(run: RunRecord, reference: RunRecord) -> str:
+    """The params both runs logged with different values (execution params aside), as
+    ``"key: value (newest: value)"``, comma-separated (at most three); empty when the settings agree.
+    A param only one of them logged (e.g. one added by a later version) is not compared."""
+    keys = sorted(
+        k for k in run.params.keys() & reference.params.keys()
+        if k not in EXECUTION_PARAMS and run.params[k] != reference.params[k]
+    )
+    parts = [f"{k} {run.params[k]} (newest: {reference.params[k]})" for k in keys[:3]]
+    return ", ".join(parts) + (", ..." if len(keys) > 3 else "")
+
+
 def _search_all(client: Any, experiment_id: str) -> list[Any]:
     runs: list[Any] = []
     token = None
@@ -191,14 +213,28 @@ def load_runs(
 
     finished: list[RunRecord] = []
     seen: set[tuple[Any, ...]] = set()
-    superseded = 0
+    newest: dict[tuple[Any, ...], RunRecord] = {}
+    differences: dict[tuple[Any, ...], str] = {}
+    superseded = other_settings = 0
     for r in (r for r in nested if r.status == "FINISHED"):  # newest first: the first one of a key wins
-        key = (*(r.tags.get(k) for k in config_keys), r.seed if r.seed is not None else r.run_id)
+        config = tuple(r.tags.get(k) for k in config_keys)
+        reference = newest.setdefault(config, r)
+        if diff := settings_diff(r, reference):
+            other_settings += 1
+            differences.setdefault(config, "/".join(str(v) for v in config) + ": " + diff)
+            continue
+        key = (*config, r.seed if r.seed is not None else r.run_id)
         if key in seen:
             superseded += 1
             continue
         seen.add(key)
         finished.append(r)
+    if other_settings:
+        shown = "; ".join(list(differences.values())[:3]) + ("; ..." if len(differences) > 3 else "")
+        notes.append(
+            f"{other_settings} older finished run(s) left out: their settings differ from the newest run of the "
+            f"same configuration ({shown})"
+        )
     if superseded:
         notes.append(f"{superseded} older finished run(s) superseded by a later run of the same configuration and seed")
     unfinished = [r for r in nested if r.status != "FINISHED"]
@@ -210,6 +246,7 @@ def load_runs(
         finished=finished[::-1],  # oldest first reads naturally in tables and legends
         unfinished=unfinished,
         superseded=superseded,
+        other_settings=other_settings,
         latest_parent_id=parents[0].run_id if parents else None,
         notes=notes,
     )
