@@ -12,6 +12,7 @@ from recurbench.forecasters.layers.attention import (
     MaskedAttention,
     ProbSparseAttention,
     log_sparse_pattern,
+    sampled_scores,
 )
 from recurbench.forecasters.models.transformer_xl import RelativeAttentionLayer, segment_bounds
 
@@ -32,6 +33,56 @@ def test_probsparse_with_every_query_active_is_softmax_attention(causal):
     # factor * ceil(ln 12) = 30 >= 12: every query is "active", so nothing is approximated.
     out = ProbSparseAttention(factor=10, causal=causal)(q, k, v)
     torch.testing.assert_close(out, softmax_attention(q, k, v, causal))
+
+
+def informer_probsparse(q, k, v, factor, causal):
+    """Informer's ProbSparse written out as its reference does it (sampled keys gathered, the
+    measure and top-u selection on them), [B, T, H, D] layout; draws the same key sample."""
+    B, Lq, H, D = q.shape
+    Lk = k.shape[1]
+    q, k, v = (t.transpose(1, 2) for t in (q, k, v))
+    n_sample = min(factor * math.ceil(math.log(Lk)), Lk)
+    n_top = min(factor * math.ceil(math.log(Lq)), Lq)
+    sample = torch.randint(Lk, (Lq, n_sample))
+    k_sample = k[:, :, sample, :]  # [B, H, Lq, n_sample, D]
+    s_sample = (q[:, :, :, None, :] * k_sample).sum(-1)
+    top = (s_sample.max(-1).values - s_sample.sum(-1) / Lk).topk(n_top, dim=-1).indices
+    out = v.cumsum(-2) if causal else v.mean(-2, keepdim=True).expand(B, H, Lq, D).clone()
+    for b in range(B):
+        for h in range(H):
+            for i in top[b, h].tolist():
+                scores = (k[b, h] @ q[b, h, i]) / math.sqrt(D)
+                if causal:
+                    scores = scores.masked_fill(torch.arange(Lk) > i, float("-inf"))
+                out[b, h, i] = scores.softmax(-1) @ v[b, h]
+    return out.transpose(1, 2)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize(("length", "head_dim"), [(40, 8), (40, 2)])  # score-matrix path; gathered-keys path
+def test_probsparse_matches_informers_sampled_measure_values_and_gradients(causal, length, head_dim):
+    # factor 1: n_sample = n_top = ceil(ln 40) = 4 of 40 queries active. head_dim 2 makes Lk > n_sample * D,
+    # the gathered-keys branch of sampled_scores.
+    inputs = [torch.randn(2, length, 3, head_dim, dtype=torch.float64, requires_grad=True) for _ in range(3)]
+    torch.manual_seed(5)
+    out = ProbSparseAttention(factor=1, causal=causal)(*inputs)
+    grads = torch.autograd.grad((out * out.detach().sin()).sum(), inputs)
+    torch.manual_seed(5)
+    ref = informer_probsparse(*inputs, factor=1, causal=causal)
+    ref_grads = torch.autograd.grad((ref * ref.detach().sin()).sum(), inputs)
+    torch.testing.assert_close(out, ref)
+    for g, r in zip(grads, ref_grads, strict=True):
+        torch.testing.assert_close(g, r)
+
+
+@pytest.mark.parametrize("n_keys", [12, 13, 40])  # S * D = 12: both branches
+def test_sampled_scores_are_the_sampled_dot_products(n_keys):
+    gen = torch.Generator().manual_seed(0)
+    q, k = torch.randn(2, 3, 7, 4, generator=gen), torch.randn(2, 3, n_keys, 4, generator=gen)
+    sample = torch.randint(n_keys, (7, 3), generator=gen)
+    expected = torch.stack([torch.stack([(q[..., i, :] * k[..., sample[i, j], :]).sum(-1) for j in range(3)], -1)
+                            for i in range(7)], -2)
+    torch.testing.assert_close(sampled_scores(q, k, sample), expected)
 
 
 def test_probsparse_lazy_queries_get_mean_or_cumsum_of_values():

@@ -75,6 +75,22 @@ class PatternFn(Protocol):
     def __call__(self, n_queries: int, n_keys: int, device: torch.device) -> torch.Tensor: ...
 
 
+def sampled_scores(q: torch.Tensor, k: torch.Tensor, sample: torch.Tensor) -> torch.Tensor:
+    """``s[b, h, i, j] = q[b, h, i] . k[b, h, sample[i, j]]`` for ``q`` ``[B, H, Lq, D]``, ``k``
+    ``[B, H, Lk, D]``, ``sample`` ``[Lq, S]`` key indices.
+
+    Informer's reference gathers the sampled keys (``[B, H, Lq, S, D]``, S = c ln Lk: 160 MB at
+    its ETTh1 size), which made that gather a third of a ProbSparse layer's training step. When the
+    score matrix ``[B, H, Lq, Lk]`` is the smaller of the two (Lk <= S D, i.e. up to a few thousand
+    steps), all scores come from one matrix product and the sampled ones are picked from it; the
+    values are the same dot products."""
+    Lq, S = sample.shape
+    B, H, _, D = q.shape
+    if k.shape[2] <= S * D:
+        return torch.gather(q @ k.transpose(-2, -1), -1, sample.expand(B, H, Lq, S))
+    return torch.einsum("bhqd,bhqsd->bhqs", q, k[:, :, sample, :])
+
+
 class ProbSparseAttention(nn.Module):
     """Informer's ProbSparse self-attention (Zhou et al. 2021, Sec. 3.1)."""
 
@@ -90,12 +106,13 @@ class ProbSparseAttention(nn.Module):
         n_sample = min(self.factor * math.ceil(math.log(Lk)), Lk) if Lk > 1 else 1
         n_top = min(self.factor * math.ceil(math.log(Lq)), Lq) if Lq > 1 else 1
 
-        # Sparsity measure on a random sample of keys per query: M = max - mean (Informer eq. 4).
+        # Sparsity measure on a random sample of keys per query: M = max - mean (Informer eq. 4). It only
+        # picks the active queries (topk indices carry no gradient), so it is computed without autograd.
         sample = torch.randint(Lk, (Lq, n_sample), device=q.device)
-        k_sample = k[:, :, sample, :]  # [B, H, Lq, n_sample, D]
-        s_sample = torch.einsum("bhqd,bhqsd->bhqs", q, k_sample)
-        sparsity = s_sample.max(-1).values - s_sample.sum(-1) / Lk
-        top = sparsity.topk(n_top, dim=-1, sorted=False).indices  # [B, H, u]
+        with torch.no_grad():
+            s_sample = sampled_scores(q, k, sample)
+            sparsity = s_sample.max(-1).values - s_sample.sum(-1) / Lk
+            top = sparsity.topk(n_top, dim=-1, sorted=False).indices  # [B, H, u]
 
         q_top = torch.gather(q, 2, top[..., None].expand(-1, -1, -1, D))
         scores = q_top @ k.transpose(-2, -1) / math.sqrt(D)  # [B, H, u, Lk]
