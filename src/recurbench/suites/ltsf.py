@@ -298,8 +298,9 @@ def _mean_std(values: list[float]) -> str:
     if not values:
         return "-"
     mean = statistics.fmean(values)
-    std = statistics.stdev(values) if len(values) > 1 else 0.0
-    return f"{mean:.3f} ± {std:.3f}"
+    if len(values) == 1:
+        return f"{mean:.3f}"  # one seed has no spread to show (not "± 0.000")
+    return f"{mean:.3f} ± {statistics.stdev(values):.3f}"
 
 
 @lru_cache(maxsize=1)
