@@ -145,7 +145,7 @@ def _record(run: Any) -> RunRecord:
 
 def settings_diff(run: RunRecord, reference: RunRecord) -> str:
     """The params both runs logged with different values (execution params aside), as
-    ``"key: value (newest: value)"``, comma-separated (at most three); empty when the settings agree.
+    ``"key value (newest: value)"``, comma-separated (at most three); empty when the settings agree.
     A param only one of them logged (e.g. one added by a later version) is not compared."""
     keys = sorted(
         k for k in run.params.keys() & reference.params.keys()
