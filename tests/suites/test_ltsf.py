@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
 import torch
 import yaml
 
+from recurbench.data.protocol import WindowSpec, prepare
 from recurbench.errors import ConfigError
 from recurbench.suites.ltsf import LTSFSuite, paper_reference
 from recurbench.suites.runner import load_profile, run_suite, suite_file
@@ -126,6 +128,17 @@ def test_tiny_run_logs_what_the_issue_asks(tmp_path, data_dir):
     assert sorted(gates) == ["gate.decoder.0.cross", "gate.decoder.0.self", "gate.encoder.0.self", "gate.encoder.1.self"]
     assert "rem_parameters.json" in rsa.artifacts
     assert not any(k.startswith("gate.") for k in runs["informer"].metrics)
+    # A forecast example for `recurbench report`: the middle test window, the same for every model.
+    seq_len = runs["informer"].params["network.seq_len"]
+    test_set = prepare("ETTh1", WindowSpec(seq_len, runs["informer"].params["network.label_len"], 24),
+                       str(data_dir)).test.dataset()
+    x, y, _, _ = test_set[len(test_set) // 2]
+    for run in runs.values():
+        example = json.loads(run.artifacts["forecasts/example_0.json"])
+        assert example["window"] == len(test_set) // 2 and example["columns"][-1] == "OT"
+        assert example["history"] == x.tolist() and example["truth"] == y[-24:].tolist()
+        prediction = torch.tensor(example["prediction"])
+        assert prediction.shape == (24, 7) and bool(prediction.isfinite().all())
 
     header, rows = LTSFSuite().summary_rows(result.outcomes)
     assert header[:8] == ["dataset", "horizon", "model", "seeds", "MSE", "MAE", "paper MSE", "paper MAE"]

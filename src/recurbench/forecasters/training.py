@@ -102,6 +102,19 @@ def evaluate(model: nn.Module, dataset: Dataset, pred_len: int, *, batch_size: i
     return {"mse": sq / count, "mae": ab / count}
 
 
+@torch.no_grad()
+def forecast_example(model: nn.Module, dataset: Dataset, pred_len: int, index: int) -> dict[str, Any]:
+    """Window ``index`` of ``dataset`` forecast in eval mode, for plots: ``history`` (the encoder
+    input, ``[seq_len, C]``), ``truth`` and ``prediction`` (``[pred_len, C]``) as nested lists, in the
+    data's (scaled) units."""
+    was_training = model.training
+    model.eval()
+    batch = tuple(t[None] for t in dataset[index])
+    pred, true = forecast_batch(model, batch, pred_len)
+    model.train(was_training)
+    return {"window": index, "history": batch[0][0].tolist(), "truth": true[0].tolist(), "prediction": pred[0].tolist()}
+
+
 def param_groups(model: nn.Module, rsa_lr_factor: float = 1.0) -> list[dict[str, Any]]:
     """Optimizer groups: the RSA mixers' parameters (gates and REM parameters) with ``lr_factor``
     ``rsa_lr_factor``, every other trainable parameter with 1. Empty groups are left out."""

@@ -134,7 +134,8 @@ def _series(example: Mapping[str, Any], *names: str) -> np.ndarray | None:
 
 def forecast_figure(examples: Sequence[tuple[str, Mapping[str, Any]]], title: str) -> Figure | None:
     """Prediction vs truth on a test window, a panel per model. Each example is a mapping with
-    ``truth`` and ``prediction`` (and optionally ``history``), each [T] or [T, C] (last column shown)."""
+    ``truth`` and ``prediction`` (and optionally ``history``), each [T] or [T, C] (last column shown),
+    and optionally ``columns`` (the last one labels the axis)."""
     usable = [(m, e, _series(e, "truth", "true", "target", "y_true"), _series(e, "prediction", "pred", "y_pred")) for m, e in examples]
     usable = [u for u in usable if u[2] is not None and u[3] is not None]
     if not usable:
@@ -152,6 +153,8 @@ def forecast_figure(examples: Sequence[tuple[str, Mapping[str, Any]]], title: st
             ax.axvline(start - 0.5, color="0.7", linestyle=":")
         ax.set_title(model)
         ax.set_xlabel("time step")
+        if columns := example.get("columns"):
+            ax.set_ylabel(f"{columns[-1]} (scaled)")
         ax.grid(alpha=0.3)
     axes[0].legend(fontsize=8)
     fig.suptitle(title)

@@ -33,7 +33,14 @@ from recurbench.data.protocol import LTSFData, WindowSpec, prepare
 from recurbench.errors import ConfigError, DataError
 from recurbench.forecasters.config import ForecasterConfig, RSASpec
 from recurbench.forecasters.models import ARCHITECTURES, build_network
-from recurbench.forecasters.training import TrainConfig, count_parameters, evaluate, rsa_state, train
+from recurbench.forecasters.training import (
+    TrainConfig,
+    count_parameters,
+    evaluate,
+    forecast_example,
+    rsa_state,
+    train,
+)
 from recurbench.suites.runner import (
     ProgressFn,
     RunOutcome,
@@ -255,7 +262,8 @@ class LTSFSuite(SuiteDefinition):
 
         result = train(network, data.train.dataset(), data.val.dataset(), job.window.pred_len, job.training,
                        on_epoch=on_epoch, on_batch=on_batch)
-        test = evaluate(network, data.test.dataset(), job.window.pred_len, batch_size=job.training.eval_batch_size)
+        test_set = data.test.dataset()
+        test = evaluate(network, test_set, job.window.pred_len, batch_size=job.training.eval_batch_size)
         gates, rem = rsa_state(network)
         metrics = {
             "test_mse": test["mse"], "test_mae": test["mae"], "n_params": float(n_params),
@@ -266,6 +274,9 @@ class LTSFSuite(SuiteDefinition):
         if rem:
             run.log_dict({"gates": gates, "rem_parameters": rem}, "rem_parameters.json")
         run.log_dict([asdict(e) for e in result.epochs], "epochs.json")
+        # The same test window for every model and seed, so that `recurbench report` can set them side by side.
+        example = forecast_example(network, test_set, job.window.pred_len, len(test_set) // 2)
+        run.log_dict({**example, "columns": list(data.series.columns)}, "forecasts/example_0.json")
         progress(epochs, epochs, f"{plan.name} done")
         return metrics
 
