@@ -246,6 +246,10 @@ def run_cmd(
         int | None, typer.Option("--total-timesteps", help="MiniGrid: env steps per run, overriding the profile.")
     ] = None,
     config: Annotated[str | None, typer.Option("--config", help="A suite YAML to use instead of the shipped one.")] = None,
+    overrides: Annotated[
+        list[str] | None,
+        typer.Option("--set", help="Override a profile setting, e.g. --set training.rsa_lr_factor=100 (repeatable)."),
+    ] = None,
     tracking_uri: TrackingOpt = None,
     data_dir: DataDirOpt = None,
 ) -> None:
@@ -280,7 +284,7 @@ def run_cmd(
     ) as progress:
         result = run_suite(
             suite, profile, tracker, selection=selection, data_dir=data_dir, config_path=config,
-            progress_factory=_RunProgress(progress),
+            overrides=overrides or (), progress_factory=_RunProgress(progress),
         )
     header, rows = SUITES[suite]().summary_rows(result.outcomes)
     console.print(_table(f"{suite} / {profile}", header, rows))

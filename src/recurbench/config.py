@@ -8,7 +8,7 @@ file as ``<file>: <dotted.path.in.file>: <what is wrong> (got <value>)``.
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
@@ -74,6 +74,38 @@ def deep_merge(base: Mapping[str, Any], override: Mapping[str, Any]) -> dict[str
             out[key] = deep_merge(out[key], value)
         else:
             out[key] = value
+    return out
+
+
+def parse_overrides(items: Sequence[str]) -> dict[str, Any]:
+    """Command-line ``KEY=VALUE`` settings with dotted keys as a nested mapping, e.g.
+    ``["training.rsa_lr_factor=100", "model.keep_positional=true"]``. Values are read as YAML
+    (``true``, ``null``, ``[24, 48]``); a number in exponent form without a dot (``1e-4``, which
+    YAML 1.1 reads as a string) is read as a number."""
+    out: dict[str, Any] = {}
+    for item in items:
+        key, sep, text = item.partition("=")
+        path = [part.strip() for part in key.split(".")]
+        if not sep or not all(path):
+            raise ConfigError(f"--set {item!r}: expected KEY=VALUE with a dotted key, e.g. training.learning_rate=3e-4")
+        try:
+            value = yaml.safe_load(text)
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"--set {item!r}: cannot read the value as YAML: {exc}") from None
+        if isinstance(value, str):
+            try:
+                value = float(value) if any(c in value.lower() for c in ".e") else int(value)
+            except ValueError:
+                pass
+        node = out
+        for depth, part in enumerate(path[:-1]):
+            child = node.setdefault(part, {})
+            if not isinstance(child, dict):
+                raise ConfigError(f"--set {item!r}: {'.'.join(path[: depth + 1])} was already set to a value")
+            node = child
+        if isinstance(node.get(path[-1]), dict):
+            raise ConfigError(f"--set {item!r}: {key.strip()} already has keys set below it")
+        node[path[-1]] = value
     return out
 
 

@@ -128,3 +128,43 @@ def test_unknown_profile_and_suite(toy):
         run_suite("toy", "huge", MemoryTracker(), config_path=toy)
     with pytest.raises(ConfigError, match="unknown suite 'nope'"):
         run_suite("nope", "quick", MemoryTracker())
+
+
+def test_set_overrides_one_profile_setting_and_leaves_the_others():
+    from recurbench.suites.runner import load_profile
+
+    sets = ["training.rsa_lr_factor=100", "model.keep_positional=true", "training.learning_rate=3e-4",
+            "horizons.ETTh1=[24]"]
+    _, paper = load_profile("ltsf", "paper", overrides=sets)
+    assert paper.training.rsa_lr_factor == 100.0 and paper.model.keep_positional is True
+    assert paper.training.learning_rate == 3e-4 and paper.horizons["ETTh1"] == [24]
+    assert paper.training.batch_size == 32 and paper.horizons["ETTh2"] == [24, 48, 168, 336]  # untouched
+    # The shipped profiles share YAML anchors; an override must not leak into another profile.
+    _, paper_again = load_profile("ltsf", "paper")
+    assert paper_again.training.rsa_lr_factor == 1.0 and paper_again.model.keep_positional is False
+
+
+@pytest.mark.parametrize(
+    ("sets", "message"),
+    [
+        (["training.rsa_lr_factr=100"], r"profiles\.paper\.training\.rsa_lr_factr: unknown key .*\(with --set training\.rsa_lr_factr=100\)"),
+        (["training.rsa_lr_factor=-1"], r"profiles\.paper\.training\.rsa_lr_factor: .*greater than 0"),
+        (["training.rsa_lr_factor"], r"--set 'training.rsa_lr_factor': expected KEY=VALUE"),
+        (["training..lr=1"], r"--set 'training..lr=1': expected KEY=VALUE"),
+        (["training=1", "training.epochs=2"], r"--set 'training.epochs=2': training was already set to a value"),
+        (["model.d_model=[1"], r"--set 'model.d_model=\[1': cannot read the value as YAML"),
+    ],
+)
+def test_bad_set_overrides_name_the_culprit(sets, message):
+    from recurbench.suites.runner import load_profile
+
+    with pytest.raises(ConfigError, match=message):
+        load_profile("ltsf", "paper", overrides=sets)
+
+
+def test_set_overrides_reach_the_run_params_and_the_parent(toy):
+    tracker = MemoryTracker()
+    run_suite("toy", "base", tracker, config_path=toy, overrides=["scale=2.5", "seeds=1"])
+    parent, *children = tracker.runs
+    assert parent.params["overrides"] == ["scale=2.5", "seeds=1"]
+    assert [(c.name, c.params["scale"]) for c in children] == [("good-s0", 2.5)]

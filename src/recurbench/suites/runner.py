@@ -30,7 +30,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from recurbench.config import StrictModel, check_names, read_yaml, validate
+from recurbench.config import StrictModel, check_names, deep_merge, parse_overrides, read_yaml, validate
 from recurbench.errors import ConfigError, RecurbenchError
 from recurbench.seeding import seed_everything
 from recurbench.tracking import RunHandle, Tracker, experiment_name, standard_tags
@@ -161,8 +161,12 @@ class SuiteFile(StrictModel):
     profiles: dict[str, dict[str, Any]]
 
 
-def load_profile(name: str, profile: str, path: str | os.PathLike[str] | None = None) -> tuple[SuiteDefinition, BaseModel]:
-    """Load suite ``name`` (or the YAML at ``path``) and validate one of its profiles."""
+def load_profile(
+    name: str, profile: str, path: str | os.PathLike[str] | None = None, overrides: Sequence[str] = ()
+) -> tuple[SuiteDefinition, BaseModel]:
+    """Load suite ``name`` (or the YAML at ``path``) and validate one of its profiles, with the
+    command line's ``--set KEY=VALUE`` ``overrides`` applied on top of it (see
+    :func:`recurbench.config.parse_overrides`)."""
     if name not in SUITES:
         raise ConfigError(f"unknown suite {name!r}; known suites: {', '.join(SUITES)}")
     definition = SUITES[name]()
@@ -175,7 +179,15 @@ def load_profile(name: str, profile: str, path: str | os.PathLike[str] | None = 
         raise ConfigError(
             f"{source}: profiles: no profile {profile!r}; available: {', '.join(header.profiles)}"
         )
-    cfg = validate(definition.profile_model, header.profiles[profile], str(source), prefix=f"profiles.{profile}")
+    raw_profile = header.profiles[profile]
+    if overrides:
+        raw_profile = deep_merge(raw_profile, parse_overrides(overrides))
+    try:
+        cfg = validate(definition.profile_model, raw_profile, str(source), prefix=f"profiles.{profile}")
+    except ConfigError as exc:
+        if not overrides:
+            raise
+        raise ConfigError(f"{exc} (with {' '.join('--set ' + o for o in overrides)})") from None
     return definition, cfg
 
 
@@ -187,10 +199,11 @@ def run_suite(
     selection: Mapping[str, Any] | None = None,
     data_dir: str | None = None,
     config_path: str | os.PathLike[str] | None = None,
+    overrides: Sequence[str] = (),
     progress_factory: Callable[[RunPlan], ProgressFn] | None = None,
 ) -> SuiteResult:
     """Plan every run (all validation happens here, before training), then execute them in order."""
-    definition, cfg = load_profile(name, profile, config_path)
+    definition, cfg = load_profile(name, profile, config_path, overrides)
     plans = definition.plan(cfg, dict(selection or {}), data_dir=data_dir)
     if not plans:
         raise ConfigError(f"suite {name!r} profile {profile!r}: the selection leaves no run to do")
@@ -199,7 +212,8 @@ def run_suite(
     with tracker.run(
         f"{name}-{profile}", experiment=experiment, tags=standard_tags(suite=name, profile=profile, role="parent")
     ) as parent:
-        parent.log_params({"profile": profile, "n_runs": len(plans), "selection": dict(selection or {})})
+        parent.log_params({"profile": profile, "n_runs": len(plans), "selection": dict(selection or {}),
+                           "overrides": list(overrides)})
         for plan in plans:
             progress = progress_factory(plan) if progress_factory else (lambda *_: None)
             tags = standard_tags(suite=name, profile=profile, seed=plan.seed, **plan.tags)
