@@ -57,6 +57,14 @@ def test_runs_of_other_settings_are_never_pooled(ltsf):
     assert (c["mean"], c["n"]) == (pytest.approx(1.2), 2)
 
 
+def test_grouping_by_a_param_keeps_each_variant(store):
+    variants = compare("ltsf", tracking_uri=store.uri, by=["dataset", "horizon", "model", "seq_len"])
+    short = cell(variants, "mse", dataset="ETTh1", horizon=48, model="rsa_informer", seq_len="48")
+    usual = cell(variants, "mse", dataset="ETTh1", horizon=48, model="rsa_informer", seq_len="96")
+    assert (short["mean"], short["n"], usual["mean"], usual["n"]) == (pytest.approx(7.0), 1, pytest.approx(0.5), 1)
+    assert not any("settings differ" in n for n in variants.notes)
+
+
 def test_ltsf_paper_values_and_difference(ltsf):
     c = cell(ltsf, "mse", dataset="ETTh1", horizon=24, model="rsa_informer")
     assert c["paper"] == 0.414 and c["paper_std"] == 0.014  # RSA paper Table 1, ETTh1-24 RSA-Informer

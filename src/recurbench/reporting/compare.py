@@ -99,7 +99,9 @@ def compare(
     spec = layout(suite)
     if reference not in REFERENCES:
         raise ConfigError(f"unknown reference {reference!r}; choose one of: {', '.join(REFERENCES)}")
-    runs = load_runs(suite, spec.config_keys, tracking_uri=tracking_uri, experiment=experiment, profile=profile)
+    # --by keys join the configuration, so that grouping by a param (a variant) also keeps its runs.
+    config_keys = tuple(dict.fromkeys([*spec.config_keys, *(by or ())]))
+    runs = load_runs(suite, config_keys, tracking_uri=tracking_uri, experiment=experiment, profile=profile)
     return compare_runs(runs, reference=reference, by=by)
 
 

@@ -176,8 +176,9 @@ def load_runs(
 ) -> SuiteRuns:
     """The finished and unfinished nested runs of ``suite`` (see the module docstring for which).
 
-    ``config_keys`` are the tags that identify a configuration (seed excluded); they decide which
-    runs supersede one another.
+    ``config_keys`` are the tags (or, failing a tag, logged params) that identify a configuration
+    (seed excluded); they decide which runs supersede one another. A param among them (say
+    ``training.rsa_lr_factor``) keeps runs that differ in it apart instead of leaving the older out.
     """
     client, uri = open_client(tracking_uri)
     name = experiment or experiment_name(suite)
@@ -217,7 +218,7 @@ def load_runs(
     differences: dict[tuple[Any, ...], str] = {}
     superseded = other_settings = 0
     for r in (r for r in nested if r.status == "FINISHED"):  # newest first: the first one of a key wins
-        config = tuple(r.tags.get(k) for k in config_keys)
+        config = tuple(r.tags.get(k, r.params.get(k)) for k in config_keys)
         reference = newest.setdefault(config, r)
         if diff := settings_diff(r, reference):
             other_settings += 1
