@@ -130,4 +130,13 @@ def test_a_bad_suite_config_fails_before_the_tracking_store_is_written(tmp_path,
         result = runner.invoke(app, ["run", "ltsf", "--config", str(bad), *uri])
         assert isinstance(result.exception, ConfigError)
         assert f"{bad}: profiles.quick.training.rsa_lr_factor: Input should be greater than 0" in str(result.exception)
+    # tune takes the same --config and --set, and checks them before its study or a trial exists.
+    tune = ["tune", "ltsf", "--model", "rsa_informer", "--dataset", "ETTh1", "--horizon", "24", "--trials", "1"]
+    result = runner.invoke(app, [*tune, "--config", str(bad)])
+    assert f"{bad}: profiles.quick.training.rsa_lr_factor: Input should be greater than 0" in str(result.exception)
+    result = runner.invoke(app, [*tune, "--set", "training.epochs=0"])
+    assert isinstance(result.exception, ConfigError)
+    assert "profiles.quick.training.epochs: Input should be greater than 0 (got 0) (with --set training.epochs=0)" in str(
+        result.exception
+    )
     assert not store.exists() and not (tmp_path / "results").exists()

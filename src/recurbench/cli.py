@@ -295,9 +295,6 @@ def run_cmd(
         raise typer.Exit(1)
 
 
-# ------------------------------------------------------------------------- not built yet (stubs)
-
-
 @app.command("tune")
 def tune_cmd(
     suite: Annotated[str, typer.Argument(help="ltsf (REM heads of an RSA forecaster) or minigrid.")],
@@ -316,30 +313,36 @@ def tune_cmd(
     tune_lr: Annotated[bool, typer.Option("--tune-lr", help="Also tune the learning rate and the RSA parameters' factor on it (rsa_lr_factor).")] = False,
     enqueue_paper: Annotated[bool, typer.Option("--enqueue-paper", help="Evaluate the profile's (paper's Table 5) head layout as the first trial.")] = False,
     best_out: Annotated[str | None, typer.Option("--best-out", help="Write the best configuration as a suite YAML that `recurbench run SUITE --config FILE --profile tuned` accepts.")] = None,
+    config: Annotated[str | None, typer.Option("--config", help="A suite YAML to use instead of the shipped one.")] = None,
+    overrides: Annotated[
+        list[str] | None,
+        typer.Option("--set", help="Override a profile setting for every trial, e.g. --set training.epochs=3 (repeatable)."),
+    ] = None,
     tracking_uri: TrackingOpt = None,
     data_dir: DataDirOpt = None,
 ) -> None:
     """Optuna studies over REM head counts, dilations and gate initialisation; resumable, multi-worker."""
     from recurbench.tuning.objectives import LTSFObjective, MinigridObjective, write_best_profile
-    from recurbench.tuning.study import StudySpec, default_study_name, load_study, run_study
+    from recurbench.tuning.study import StudySpec, default_study_name, load_study, run_study, settings_digest
 
     objective: LTSFObjective | MinigridObjective
+    settings = tuple(overrides or ())
     if suite == "ltsf":
         if dataset is None or horizon is None:
             raise RecurbenchError("tune ltsf needs --dataset and --horizon")
-        objective = LTSFObjective(model, dataset, horizon, profile, data_dir, tune_lr, seed)
+        objective = LTSFObjective(model, dataset, horizon, profile, data_dir, tune_lr, seed, config, settings)
         target = [dataset, str(horizon)]
         tags = {"dataset": dataset, "horizon": str(horizon)}
     elif suite == "minigrid":
         if env is None:
             raise RecurbenchError("tune minigrid needs --env (a pair from `recurbench list envs`)")
-        objective = MinigridObjective(model, env, profile, seed)
+        objective = MinigridObjective(model, env, profile, seed, config=config, overrides=settings)
         target, tags = [env], {"env": env}
     else:
         raise RecurbenchError(f"unknown suite {suite!r} for tune; choose ltsf or minigrid")
     objective.job  # noqa: B018 - resolve (and validate) the suite job before any worker starts
     spec = StudySpec(
-        study_name=study_name or default_study_name(suite, model, *target, profile),
+        study_name=study_name or default_study_name(suite, model, *target, profile, settings_digest(config, settings)),
         n_trials=trials, storage=storage, workers=workers, timeout=timeout, seed=seed, pruner=pruner,
         tracking_uri=tracking_uri, tags={"suite": suite, "profile": profile, "model": model, **tags},
     )

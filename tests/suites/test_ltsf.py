@@ -105,6 +105,28 @@ def test_invalid_rem_heads_fail_before_training(tmp_path, heads, message, data_d
     assert tracker.runs == []
 
 
+@pytest.mark.parametrize(
+    ("setting", "message"),
+    [
+        ("training.epochs=0", r"training\.epochs: Input should be greater than 0 \(got 0\)"),
+        ("training.patience=-1", r"training\.patience: Input should be greater than 0"),
+        ("training.learning_rate=-1e-4", r"training\.learning_rate: Input should be greater than 0"),
+        ("training.learning_rate=.nan", r"training\.learning_rate: Input should be a finite number"),
+        ("training.lr_decay=1.5", r"training\.lr_decay: Input should be less than or equal to 1"),
+        ("training.max_train_batches=0", r"training\.max_train_batches: Input should be greater than 0"),
+        ("model.dropout=1", r"model\.dropout: Input should be less than 1"),
+        ("model.d_model=0", r"model\.d_model: Input should be greater than 0"),
+        ("model.local_window=-2", r"model\.local_window: Input should be greater than or equal to 0"),
+        ("seeds=0", r"profiles\.quick\.seeds: Input should be greater than 0"),
+        ("windows.ETTh1.24.seq_len=0", r"windows\.ETTh1\.24\.seq_len: Input should be greater than or equal to 1"),
+        ("rem_heads.ETTh1.24.rsa_informer.dilations=[0]", r"rsa_informer\.dilations\.0: Input should be greater than 0"),
+    ],
+)
+def test_out_of_range_settings_are_refused_with_their_key(setting, message):
+    with pytest.raises(ConfigError, match=message):
+        load_profile("ltsf", "quick", overrides=[setting])
+
+
 def test_unknown_model_in_the_file_is_reported_with_its_path(tmp_path):
     path = custom_suite(tmp_path, models=["informer", "rsa_informr"])
     with pytest.raises(ConfigError, match=r"profiles\.quick\.models\.1: .*unknown model 'rsa_informr'"):

@@ -16,6 +16,7 @@ import optuna
 import pytest
 from optuna.trial import TrialState
 
+from recurbench.errors import ConfigError
 from recurbench.tracking import MemoryTracker, MlflowTracker
 from recurbench.tuning.study import Objective, StudySpec, load_study, run_study
 
@@ -256,3 +257,46 @@ def test_tune_lr_writes_the_learning_rate_and_rsa_lr_factor_the_suite_then_train
     (plan,) = definition.plan(profile, {}, data_dir=str(data_dir))
     training = plan.payload.training
     assert (training.learning_rate, training.rsa_lr_factor) == (3e-4, 50.0)
+
+
+def test_set_overrides_reach_every_trial_and_the_written_best_profile(tmp_path, data_dir):
+    from optuna.distributions import FloatDistribution, IntDistribution
+
+    from recurbench.suites.runner import load_profile
+    from recurbench.tuning.objectives import LTSFObjective, write_best_profile
+
+    sets = ("training.epochs=1", "model.keep_positional=true")
+    objective = LTSFObjective("rsa_informer", "ETTh1", 24, "quick", str(data_dir), overrides=sets)
+    assert objective.job.training.epochs == 1 and objective.job.network.rsa.keep_positional
+    assert objective.describe()["overrides"] == list(sets)
+    best = optuna.trial.create_trial(
+        params={"cyclical_pairs": 0, "dilated_regular_fraction": 0.0, "gate_init": 1.0},
+        distributions={"cyclical_pairs": IntDistribution(0, 4), "dilated_regular_fraction": FloatDistribution(0, 1),
+                       "gate_init": FloatDistribution(-3, 3)},
+        value=1.0, user_attrs={"k": [8, 0, 0, 0, 0, 0], "dilations": []},
+    )
+    write_best_profile(objective, best, str(tmp_path / "tuned.yaml"))
+    definition, profile = load_profile("ltsf", "tuned", tmp_path / "tuned.yaml")
+    (plan,) = definition.plan(profile, {}, data_dir=str(data_dir))
+    assert plan.payload.training.epochs == 1 and plan.payload.network.rsa.keep_positional
+
+
+def test_a_bad_set_override_fails_before_any_trial(data_dir):
+    from recurbench.tuning.objectives import LTSFObjective
+
+    objective = LTSFObjective("rsa_informer", "ETTh1", 24, "quick", str(data_dir), overrides=("training.epochs=0",))
+    with pytest.raises(ConfigError, match=r"profiles\.quick\.training\.epochs.*\(with --set training\.epochs=0\)"):
+        objective.job  # noqa: B018
+
+
+def test_default_study_names_keep_other_settings_apart(tmp_path):
+    from recurbench.tuning.study import settings_digest
+
+    assert settings_digest(None, ()) == ""
+    one, two = settings_digest(None, ["training.epochs=1"]), settings_digest(None, ["training.epochs=2"])
+    assert one != two and one == settings_digest(None, ["training.epochs=1"])
+    suite = tmp_path / "ltsf.yaml"
+    suite.write_text("suite: ltsf\n")
+    before = settings_digest(str(suite), ())
+    suite.write_text("suite: ltsf  # edited\n")
+    assert settings_digest(str(suite), ()) != before

@@ -25,7 +25,7 @@ from importlib import resources
 from typing import Any
 
 import torch
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, NonNegativeInt, PositiveInt
 
 from recurbench.config import StrictModel, known_name
 from recurbench.data import DATASETS
@@ -57,42 +57,42 @@ from recurbench.tracking import RunHandle
 class WindowSetting(StrictModel):
     """One line of Informer's scripts."""
 
-    seq_len: int
-    label_len: int
-    e_layers: int
-    d_layers: int
-    factor: int = 5
+    seq_len: int = Field(ge=1)
+    label_len: int = Field(ge=0)
+    e_layers: int = Field(ge=1)
+    d_layers: int = Field(ge=1)
+    factor: int = Field(5, ge=1)
 
 
 class REMHeads(StrictModel):
     """One cell of the RSA paper's Table 5."""
 
-    k: list[int]
-    dilations: list[int] = []
+    k: list[NonNegativeInt]
+    dilations: list[PositiveInt] = []
 
 
 class ModelSettings(StrictModel):
-    d_model: int = 512
-    n_heads: int = 8
-    d_ff: int = 2048
-    dropout: float = 0.05
+    d_model: PositiveInt = 512
+    n_heads: PositiveInt = 8
+    d_ff: PositiveInt = 2048
+    dropout: float = Field(0.05, ge=0, lt=1)
     attention: str = "prob"
     distil: bool = False
-    conv_kernel: int = 3
-    local_window: int = 0
-    segment_len: int | None = None
-    gate_init: float = 1.0
+    conv_kernel: PositiveInt = 3
+    local_window: NonNegativeInt = 0
+    segment_len: PositiveInt | None = None
+    gate_init: float = Field(1.0, allow_inf_nan=False)
     keep_positional: bool = False
 
 
 class TrainingSettings(StrictModel):
-    epochs: int = 6
-    batch_size: int = 32
-    learning_rate: float = 1e-4
-    lr_decay: float = 0.5
-    patience: int = 3
-    max_train_batches: int | None = None
-    max_val_batches: int | None = None
+    epochs: PositiveInt = 6
+    batch_size: PositiveInt = 32
+    learning_rate: float = Field(1e-4, gt=0, allow_inf_nan=False)
+    lr_decay: float = Field(0.5, gt=0, le=1)
+    patience: PositiveInt = 3
+    max_train_batches: PositiveInt | None = None
+    max_val_batches: PositiveInt | None = None
     rsa_lr_factor: float = Field(1.0, gt=0, allow_inf_nan=False)
     """RSA gates and REM parameters train at learning_rate x this (TrainConfig.rsa_lr_factor)."""
 
@@ -106,14 +106,14 @@ class LTSFProfile(StrictModel):
     horizons: dict[_Dataset, list[int]]
     """Horizons per dataset."""
     models: list[_Model]
-    seeds: int
+    seeds: PositiveInt
     model: ModelSettings = ModelSettings()
     training: TrainingSettings = TrainingSettings()
     windows: dict[_Dataset, dict[int, WindowSetting]]
     """dataset -> horizon -> Informer's settings."""
     rem_heads: dict[_Dataset, dict[int, dict[_Model, REMHeads]]] = {}
     """dataset -> horizon -> RSA model -> Table 5 head layout."""
-    torch_threads: int = 1
+    torch_threads: PositiveInt = 1
     """Intra-op threads per run. 1 by default: on a shared 2-core machine, torch's spinning worker
     threads make 2 threads several times slower than 1 as soon as another process competes."""
 

@@ -30,6 +30,10 @@ class LTSFObjective(Objective):
     data_dir: str | None = None
     tune_lr: bool = False
     seed: int = 0
+    config: str | None = None
+    """A suite YAML to use instead of the shipped one (``--config``)."""
+    overrides: tuple[str, ...] = ()
+    """``--set KEY=VALUE`` items applied on top of the profile."""
 
     suite = "ltsf"
     direction = "minimize"
@@ -42,7 +46,7 @@ class LTSFObjective(Objective):
         if self.model not in ARCHITECTURES or not ARCHITECTURES[self.model].rsa:
             rsa = [name for name, arch in ARCHITECTURES.items() if arch.rsa]
             raise ConfigError(f"--model {self.model!r}: REM heads can only be tuned for RSA models ({', '.join(rsa)})")
-        definition, cfg = load_profile("ltsf", self.profile)
+        definition, cfg = load_profile("ltsf", self.profile, self.config, self.overrides)
         plans = definition.plan(
             cfg, {"datasets": [self.dataset], "horizons": [str(self.horizon)], "models": [self.model], "seeds": 1},
             data_dir=self.data_dir,
@@ -62,7 +66,7 @@ class LTSFObjective(Objective):
 
     def describe(self) -> dict[str, Any]:
         return {"model": self.model, "dataset": self.dataset, "horizon": self.horizon, "profile": self.profile,
-                "dilation_candidates": self.dilations, "tune_lr": self.tune_lr}
+                **_profile_source(self), "dilation_candidates": self.dilations, "tune_lr": self.tune_lr}
 
     def paper_params(self) -> dict[str, Any] | None:
         """The profile's own (Table 5) head layout as trial parameters, to enqueue as a baseline trial.
@@ -135,6 +139,16 @@ class LTSFObjective(Objective):
         return float(result.best_val_loss)
 
 
+def _profile_source(objective: LTSFObjective | MinigridObjective) -> dict[str, Any]:
+    """Where the study's profile came from, when not the shipped suite file as it is."""
+    source: dict[str, Any] = {}
+    if objective.config is not None:
+        source["config"] = objective.config
+    if objective.overrides:
+        source["overrides"] = list(objective.overrides)
+    return source
+
+
 def write_best_profile(objective: LTSFObjective | MinigridObjective, best: optuna.trial.FrozenTrial, path: str,
                        profile_name: str = "tuned") -> None:
     """Write a suite file whose one profile is the study's profile narrowed to its target and set to
@@ -146,10 +160,11 @@ def write_best_profile(objective: LTSFObjective | MinigridObjective, best: optun
 
     import yaml
 
-    from recurbench.config import read_yaml
+    from recurbench.config import deep_merge, parse_overrides, read_yaml
     from recurbench.suites.runner import suite_file
 
-    base = dict(read_yaml(suite_file(objective.suite))["profiles"][objective.profile])
+    source = objective.config if objective.config is not None else suite_file(objective.suite)
+    base = deep_merge(read_yaml(source)["profiles"][objective.profile], parse_overrides(objective.overrides))
     doc = {
         "suite": objective.suite,
         "description": f"Best trial {best.number} (value {best.value:.6g}) of an Optuna study: {objective.describe()}",
@@ -176,6 +191,8 @@ class MinigridObjective(Objective):
     seed: int = 0
     total_timesteps: int | None = None
     """Override of the profile's budget per trial."""
+    config: str | None = None
+    overrides: tuple[str, ...] = ()
 
     suite = "minigrid"
     direction = "maximize"
@@ -190,13 +207,13 @@ class MinigridObjective(Objective):
             raise ConfigError(f"--model {self.model!r}: unknown core; known: {', '.join(CORES)}")
         if self.env not in ENV_PAIRS:
             raise ConfigError(f"--env {self.env!r}: unknown env pair; known: {', '.join(ENV_PAIRS)}")
-        _, cfg = load_profile("minigrid", self.profile)
+        _, cfg = load_profile("minigrid", self.profile, self.config, self.overrides)
         return ENV_PAIRS[self.env], cfg
 
     def describe(self) -> dict[str, Any]:
         pair, cfg = self.job
         return {"model": self.model, "env": self.env, "train_env": pair.train, "profile": self.profile,
-                "total_timesteps": self.total_timesteps or cfg.total_timesteps}
+                **_profile_source(self), "total_timesteps": self.total_timesteps or cfg.total_timesteps}
 
     def suggest(self, trial: optuna.Trial) -> tuple[Any, Any]:
         """(PPOSettings, CoreSettings) for one trial."""

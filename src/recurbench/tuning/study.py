@@ -19,9 +19,10 @@
 
 from __future__ import annotations
 
+import hashlib
 import math
 import multiprocessing
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -313,3 +314,14 @@ def _log_figures(study: optuna.Study, run: RunHandle) -> None:
 
 def default_study_name(*parts: str) -> str:
     return "-".join(p for p in parts if p)
+
+
+def settings_digest(config: str | None, overrides: Sequence[str]) -> str:
+    """A short name part that tells studies of other settings apart (the ``--config`` file's content,
+    the ``--set`` items), so that the default study name never resumes trials trained under other
+    settings; empty for the shipped profile as it is."""
+    if config is None and not overrides:
+        return ""
+    digest = hashlib.sha256(Path(config).read_bytes() if config is not None else b"")
+    digest.update("\n".join(overrides).encode())
+    return "set" + digest.hexdigest()[:8]
