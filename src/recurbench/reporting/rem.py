@@ -62,17 +62,20 @@ class RemHead:
 
 
 def rem_matrix(head: RemHead, length: int, *, masked: bool = True) -> np.ndarray:
-    """The ``length × length`` REM of one head (rows: queries, columns: keys)."""
-    i, j = np.indices((length, length))
-    k = (i - j) if masked else np.abs(i - j)
-    valid = (k >= 1) & (k % head.dilation == 0)
-    e = np.where(valid, k // head.dilation, 0).astype(float)
-    if head.kind == "regular":
-        f = np.power(float(head.lam), e)  # type: ignore[arg-type]
-    else:
-        decay = np.power(float(head.gamma), e)  # type: ignore[arg-type]
-        f = decay * (np.cos(e * head.theta) if head.kind == "cyclical_cos" else np.sin(e * head.theta))  # type: ignore[operator]
-    return np.where(valid, f, 0.0)
+    """The ``length × length`` REM of one head (rows: queries, columns: keys), built by the operator's
+    own table construction (:func:`recurbench.kernels.rem.dense.rem_table_matrices`) from λ or (γ, θ)
+    as logged, so a heatmap shows exactly the matrix the model applied (in float64)."""
+    import torch
+
+    from recurbench.kernels.rem.dense import rem_table_matrices
+    from recurbench.kernels.rem.heads import make_layout
+
+    regular = head.kind == "regular"
+    kind = "regular" if regular else ("cos" if head.kind == "cyclical_cos" else "sin")
+    base = torch.tensor([head.lam if regular else head.gamma], dtype=torch.float64)
+    angle = torch.tensor([0.0 if regular else head.theta], dtype=torch.float64)
+    layout = make_layout(kind, head.dilation, 1)
+    return rem_table_matrices(layout, base, angle, n_keys=length, masked=masked)[0].numpy()
 
 
 def _kind(value: Any, params: Mapping[str, Any]) -> str:
