@@ -228,7 +228,7 @@ class MlflowRun(RunHandle):
     def log_params(self, params: Mapping[str, Any]) -> None:
         from mlflow.entities import Param
 
-        items = [Param(k, _param_value(v)) for k, v in flatten(params).items()]
+        items = [Param(k, param_value(v)) for k, v in flatten(params).items()]
         for i in range(0, len(items), 100):
             self.client.log_batch(self.run_id, params=items[i : i + 100])
 
@@ -253,7 +253,8 @@ class MlflowRun(RunHandle):
         self.client.log_artifact(self.run_id, str(path), artifact_path)
 
 
-def _param_value(value: Any) -> str:
+def param_value(value: Any) -> str:
+    """``value`` as the text an MLflow param stores (lists, tuples and mappings as JSON)."""
     text = json.dumps(value) if isinstance(value, (list, tuple, dict)) else str(value)
     return text if len(text) <= _MAX_PARAM_CHARS else text[: _MAX_PARAM_CHARS - 3] + "..."
 

@@ -57,6 +57,42 @@ def test_runs_of_other_settings_are_never_pooled(ltsf):
     assert (c["mean"], c["n"]) == (pytest.approx(1.2), 2)
 
 
+def _record(**params):
+    from recurbench.reporting.runs import RunRecord
+
+    return RunRecord("id", "run", "FINISHED", 0, {}, {k: str(v) for k, v in params.items()}, {}, None)
+
+
+def test_a_param_an_older_run_did_not_log_is_read_at_its_default():
+    from recurbench.reporting.runs import settings_diff
+
+    defaults = {"training.rsa_lr_factor": "1.0"}
+    older = _record(seq_len=96)  # logged before rsa_lr_factor existed: it trained with factor 1
+    assert settings_diff(older, _record(seq_len=96, **{"training.rsa_lr_factor": 1.0}), defaults) == ""
+    assert settings_diff(older, _record(seq_len=96, **{"training.rsa_lr_factor": 100.0}), defaults) == (
+        "training.rsa_lr_factor 1.0 (newest: 100.0)"
+    )
+    # Without a known default the runs cannot be told apart, so they count as different.
+    assert settings_diff(older, _record(seq_len=96, width=3), defaults) == "width not logged (newest: 3)"
+    assert settings_diff(_record(seq_len=96, seed=1, torch_threads=2), _record(seq_len=96, seed=0)) == ""
+
+
+def test_suite_param_defaults_are_the_text_a_default_run_logs(data_dir):
+    from recurbench.suites.runner import load_profile
+    from recurbench.tracking import flatten, param_value
+
+    definition, paper = load_profile("ltsf", "paper")  # Informer's training scheme: every default
+    (plan,) = definition.plan(paper, {"datasets": ["ETTh1"], "horizons": ["24"], "models": ["rsa_informer"], "seeds": 1},
+                              data_dir=str(data_dir))
+    logged = {k: param_value(v) for k, v in flatten(plan.params).items()}
+    defaults = definition.param_defaults()
+    training = {k: v for k, v in defaults.items() if k.startswith("training.")}
+    assert training and all(logged[k] == v for k, v in training.items())
+    assert (defaults["training.rsa_lr_factor"], defaults["rsa.keep_positional"]) == ("1.0", "False")
+    definition, quick = load_profile("minigrid", "quick")
+    assert definition.param_defaults()["ppo.learning_rate"] == "0.001"
+
+
 def test_grouping_by_a_param_keeps_each_variant(store):
     variants = compare("ltsf", tracking_uri=store.uri, by=["dataset", "horizon", "model", "seq_len"])
     short = cell(variants, "mse", dataset="ETTh1", horizon=48, model="rsa_informer", seq_len="48")

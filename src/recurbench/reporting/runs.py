@@ -13,8 +13,9 @@ Two choices decide which runs a comparison sees, and both are made here, once:
   env/agent) may have been run with different settings (a ``--config`` variant, another learning
   rate, an older version's defaults). Seeds of different settings are never pooled: the newest
   FINISHED run of a configuration decides its settings, and older runs whose logged params differ
-  from it (on any param both logged, seed and thread count aside) are left out, with a note naming
-  the differing params.
+  from it (seed and thread count aside) are left out, with a note naming the differing params. A
+  param an older version did not log is read at the suite's default for it (the behaviour that
+  version had); one without a known default counts as different.
 * **one run per configuration and seed** — when the same configuration and seed were run more than
   once with those settings, only the most recently started FINISHED run counts, so a re-run replaces
   rather than doubles a seed.
@@ -27,7 +28,7 @@ from __future__ import annotations
 
 import os
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -143,16 +144,36 @@ def _record(run: Any) -> RunRecord:
     )
 
 
-def settings_diff(run: RunRecord, reference: RunRecord) -> str:
-    """The params both runs logged with different values (execution params aside), as
+def settings_diff(run: RunRecord, reference: RunRecord, defaults: Mapping[str, str] | None = None) -> str:
+    """The params whose values differ between the two runs (execution params aside), as
     ``"key value (newest: value)"``, comma-separated (at most three); empty when the settings agree.
-    A param only one of them logged (e.g. one added by a later version) is not compared."""
+
+    A param only one of the runs logged (one added by a later version) is read at its default in
+    ``defaults`` (the suite's :meth:`~recurbench.suites.runner.SuiteDefinition.param_defaults`) for
+    the run that lacks it; without a default it counts as different ("not logged"), so runs whose
+    settings cannot be told apart are never pooled."""
+    defaults = defaults or {}
+
+    def value(r: RunRecord, key: str) -> str | None:
+        return r.params.get(key, defaults.get(key))
+
     keys = sorted(
-        k for k in run.params.keys() & reference.params.keys()
-        if k not in EXECUTION_PARAMS and run.params[k] != reference.params[k]
+        k for k in run.params.keys() | reference.params.keys()
+        if k not in EXECUTION_PARAMS and value(run, k) != value(reference, k)
     )
-    parts = [f"{k} {run.params[k]} (newest: {reference.params[k]})" for k in keys[:3]]
+    def shown(r: RunRecord, key: str) -> str:
+        text = value(r, key)
+        return "not logged" if text is None else text
+
+    parts = [f"{k} {shown(run, k)} (newest: {shown(reference, k)})" for k in keys[:3]]
     return ", ".join(parts) + (", ..." if len(keys) > 3 else "")
+
+
+def suite_param_defaults(suite: str) -> dict[str, str]:
+    """:meth:`~recurbench.suites.runner.SuiteDefinition.param_defaults` of ``suite`` ({} if unknown)."""
+    from recurbench.suites.runner import SUITES
+
+    return SUITES[suite]().param_defaults() if suite in SUITES else {}
 
 
 def _search_all(client: Any, experiment_id: str) -> list[Any]:
@@ -217,10 +238,13 @@ def load_runs(
     newest: dict[tuple[Any, ...], RunRecord] = {}
     differences: dict[tuple[Any, ...], str] = {}
     superseded = other_settings = 0
+    defaults: dict[str, str] | None = None
     for r in (r for r in nested if r.status == "FINISHED"):  # newest first: the first one of a key wins
         config = tuple(r.tags.get(k, r.params.get(k)) for k in config_keys)
         reference = newest.setdefault(config, r)
-        if diff := settings_diff(r, reference):
+        if defaults is None and r.params.keys() != reference.params.keys():
+            defaults = suite_param_defaults(suite)  # only needed (and imported) when the logged keys differ
+        if diff := settings_diff(r, reference, defaults):
             other_settings += 1
             differences.setdefault(config, "/".join(str(v) for v in config) + ": " + diff)
             continue

@@ -19,7 +19,7 @@ from __future__ import annotations
 import csv
 import statistics
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import MISSING, asdict, dataclass, fields
 from functools import lru_cache
 from importlib import resources
 from typing import Any
@@ -116,6 +116,11 @@ class LTSFProfile(StrictModel):
     torch_threads: PositiveInt = 1
     """Intra-op threads per run. 1 by default: on a shared 2-core machine, torch's spinning worker
     threads make 2 threads several times slower than 1 as soon as another process competes."""
+
+
+def _field_defaults(cls: type) -> dict[str, Any]:
+    """The fields of dataclass ``cls`` that have a plain default, with it."""
+    return {f.name: f.default for f in fields(cls) if f.default is not MISSING and f.name != "rsa"}
 
 
 # --------------------------------------------------------------------------------------------- plan
@@ -231,6 +236,13 @@ class LTSFSuite(SuiteDefinition):
                             params=params, payload=job,
                         ))
         return plans
+
+    def param_defaults(self) -> dict[str, str]:
+        """The dataclass defaults of what a run logs under ``network.``, ``rsa.`` and ``training.``."""
+        from recurbench.tracking import flatten, param_value
+
+        sections = {"network": ForecasterConfig, "rsa": RSASpec, "training": TrainConfig}
+        return {k: param_value(v) for k, v in flatten({name: _field_defaults(cls) for name, cls in sections.items()}).items()}
 
     # ------------------------------------------------------------------------------------------ run
 

@@ -111,6 +111,13 @@ class MinigridSuite(SuiteDefinition):
                                          params, payload=(pair, core, profile)))
         return plans
 
+    def param_defaults(self) -> dict[str, str]:
+        """PPO's and the core's default settings, as the runs log them."""
+        from recurbench.tracking import flatten, param_value
+
+        defaults = {"ppo": PPOSettings().model_dump(), "core_settings": CoreSettings().model_dump()}
+        return {k: param_value(v) for k, v in flatten(defaults).items()}
+
     def execute(self, plan: RunPlan, run: RunHandle, progress: ProgressFn, *, data_dir: str | None) -> dict[str, float]:
         import torch
 

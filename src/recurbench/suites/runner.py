@@ -90,6 +90,14 @@ class SuiteDefinition(ABC):
     ) -> dict[str, float]:
         """Run one plan, logging to ``run``; returns its headline metrics."""
 
+    def param_defaults(self) -> dict[str, str]:
+        """The value each logged setting takes when a run does not log it, as dotted param keys.
+
+        A run logged by an older version lacks the settings added since; each was added with the old
+        behaviour as its default, so comparisons read the missing param as this value (see
+        :func:`recurbench.reporting.runs.settings_diff`). Default: none known."""
+        return {}
+
     def summary_rows(self, outcomes: Sequence[RunOutcome]) -> tuple[list[str], list[list[str]]]:
         """Header and rows of the table printed at the end (default: one row per run)."""
         keys = sorted({k for o in outcomes for k in o.metrics})
