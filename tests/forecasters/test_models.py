@@ -39,6 +39,12 @@ def test_forecast_shape_and_gradients(name):
         assert gates and all(abs(v - torch.sigmoid(torch.tensor(1.0)).item()) < 1e-6 for v in gates.values())
         assert all(len(p["lambda"]) == CFG.n_heads for p in rem.values())
         assert all(len(p["kind"]) == CFG.n_heads and set(p["kind"]) <= {"regular", "cos", "sin"} for p in rem.values())
+        # Causal layers (decoder self-attention, the decoder-only stacks) apply masked REMs; Informer's
+        # encoder and cross-attention two-sided ones (P + P').
+        expected = {"encoder.0.self": False, "decoder.0.self": True, "decoder.0.cross": False}
+        assert {k: p["masked"] for k, p in rem.items()} == (
+            expected if name == "rsa_informer" else {k: True for k in rem}
+        )
     else:
         assert gates == {} and rem == {}
 

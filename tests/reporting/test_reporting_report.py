@@ -92,3 +92,14 @@ def test_rem_params_parallel_lists_with_kinds():
         ("encoder.0.self", 0, "regular", 1), ("encoder.0.self", 1, "cyclical_cos", 24), ("encoder.0.self", 2, "cyclical_sin", 1)
     ]
     assert heads[0].lam == 0.8 and heads[2].theta == 0.5
+
+
+def test_a_layer_logged_two_sided_is_drawn_two_sided():
+    logged = {"decoder.0.cross": {"kind": ["regular"], "lambda": [0.5], "dilation": [1], "masked": False},
+              "decoder.0.self": {"kind": ["regular"], "lambda": [0.5], "dilation": [1], "masked": True},
+              "old.0.self": {"kind": ["regular"], "lambda": [0.5], "dilation": [1]}}  # before 'masked' was logged
+    cross, causal, old = parse_rem_params(logged)
+    assert (cross.masked, causal.masked, old.masked) == (False, True, True)
+    two_sided = rem_matrix(cross, 4)
+    np.testing.assert_allclose(two_sided, two_sided.T)
+    assert two_sided[0, 2] == pytest.approx(0.25) and rem_matrix(causal, 4)[0, 2] == 0

@@ -201,14 +201,16 @@ def count_parameters(model: nn.Module) -> int:
     return sum(p.numel() for p in model.parameters() if p.requires_grad)
 
 
-def rsa_state(model: nn.Module) -> tuple[dict[str, float], dict[str, dict[str, list[float]]]]:
-    """Gate values sigma(mu) per attention layer and the fitted REM parameters per head, for logging.
+def rsa_state(model: nn.Module) -> tuple[dict[str, float], dict[str, dict[str, Any]]]:
+    """Gate values sigma(mu) per attention layer and the fitted REM parameters per head, for logging:
+    per layer ``eta``/``lambda``/``nu``/``gamma``/``theta`` (one entry per head), each head's ``kind``
+    and whether the layer's REMs are ``masked`` (causal, App. D.1) or two-sided.
 
     Empty for baselines. Uses the models' ``attention_layers()`` and the RSA layer's ``gate()`` and
     ``rem_parameters()``.
     """
     gates: dict[str, float] = {}
-    params: dict[str, dict[str, list[float]]] = {}
+    params: dict[str, dict[str, Any]] = {}
     layers = model.attention_layers() if hasattr(model, "attention_layers") else {}
     for name, layer in layers.items():
         mixer = getattr(layer, "mixer", None)
@@ -221,4 +223,5 @@ def rsa_state(model: nn.Module) -> tuple[dict[str, float], dict[str, dict[str, l
         }
         # The REM type of each head (regular / cos / sin): the numbers alone cannot tell cos from sin.
         params[name]["kind"] = list(mixer.kinds)
+        params[name]["masked"] = bool(mixer.masked)
     return gates, params

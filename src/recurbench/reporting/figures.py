@@ -117,7 +117,7 @@ def rem_heatmaps(heads: Sequence[RemHead], title: str, *, length: int = 48) -> F
             image = ax.imshow(rem_matrix(head, length), cmap="RdBu_r", vmin=-1, vmax=1, interpolation="nearest")
             ax.set_title(f"h{head.head}: {head.label}", fontsize=7)
             if c == 0:
-                ax.set_ylabel(layer, fontsize=8)
+                ax.set_ylabel(layer if head.masked else f"{layer} (two-sided)", fontsize=8)
     if image is not None:
         fig.colorbar(image, ax=axes.ravel().tolist(), shrink=0.6)
     fig.suptitle(f"{title} (T = {length}; rows = query, columns = key)")

@@ -19,7 +19,8 @@ Accepted shapes of the logged parameters (the suites may use any of them):
    ``layer`` key; nesting deeper (``{"encoder": {"0": [...]}}``) joins the keys into the layer name;
 2. the same per layer as parallel lists ``{"kind": [...], "lambda": [...], "gamma": [...],
    "theta": [...], "dilation": [...]}`` (one entry per head, ``null`` or NaN where a parameter does
-   not apply; ``kinds``/``dilations`` are accepted too, and raw ``eta``/``nu`` in place of λ/γ);
+   not apply; ``kinds``/``dilations`` are accepted too, and raw ``eta``/``nu`` in place of λ/γ), with
+   an optional ``"masked": false`` for a layer whose REMs are two-sided (default: masked, causal);
 3. metrics named ``rem.<layer>.head<h>.<lambda|gamma|theta|dilation>``.
 
 Without a ``kind``, a head with λ is regular and a head with (γ, θ) cyclical-cos: log the kind
@@ -51,6 +52,8 @@ class RemHead:
     gamma: float | None = None
     theta: float | None = None
     dilation: int = 1
+    masked: bool = True
+    """Causal (zero on and above the diagonal) or two-sided, as the layer applied it."""
 
     @property
     def label(self) -> str:
@@ -61,10 +64,11 @@ class RemHead:
         return text + (f" d={self.dilation}" if self.dilation > 1 else "")
 
 
-def rem_matrix(head: RemHead, length: int, *, masked: bool = True) -> np.ndarray:
+def rem_matrix(head: RemHead, length: int, *, masked: bool | None = None) -> np.ndarray:
     """The ``length × length`` REM of one head (rows: queries, columns: keys), built by the operator's
     own table construction (:func:`recurbench.kernels.rem.dense.rem_table_matrices`) from λ or (γ, θ)
-    as logged, so a heatmap shows exactly the matrix the model applied (in float64)."""
+    as logged, so a heatmap shows exactly the matrix the model applied (in float64). ``masked``
+    defaults to the head's own (its layer's, when logged)."""
     import torch
 
     from recurbench.kernels.rem.dense import rem_table_matrices
@@ -75,6 +79,7 @@ def rem_matrix(head: RemHead, length: int, *, masked: bool = True) -> np.ndarray
     base = torch.tensor([head.lam if regular else head.gamma], dtype=torch.float64)
     angle = torch.tensor([0.0 if regular else head.theta], dtype=torch.float64)
     layout = make_layout(kind, head.dilation, 1)
+    masked = head.masked if masked is None else masked
     return rem_table_matrices(layout, base, angle, n_keys=length, masked=masked)[0].numpy()
 
 
@@ -114,7 +119,13 @@ def _head(layer: str, index: int, record: Mapping[str, Any]) -> RemHead | None:
         gamma=float(params["gamma"]) if kind != "regular" else None,
         theta=float(params["theta"]) if kind != "regular" else None,
         dilation=max(1, int(dilation)),
+        masked=_flag(record.get("masked", True)),
     )
+
+
+def _flag(value: Any) -> bool:
+    """A logged boolean (JSON ``true``/``false``, or its text)."""
+    return value.strip().lower() not in ("false", "0", "no") if isinstance(value, str) else bool(value)
 
 
 def parse_rem_params(obj: Any, layer: str = "") -> list[RemHead]:
