@@ -1,7 +1,6 @@
 """The recurbench command line. It only parses arguments and calls library functions.
 
-Errors on bad input (``RecurbenchError``) are printed as one clear message and exit with code 1;
-capabilities not built yet exit with code 2.
+Errors on bad input (``RecurbenchError``) are printed as one clear message and exit with code 1.
 """
 
 from __future__ import annotations
@@ -16,7 +15,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from recurbench.errors import NotBuiltError, RecurbenchError
+from recurbench.errors import RecurbenchError
 
 app = typer.Typer(
     name="recurbench",
@@ -56,9 +55,6 @@ def main() -> None:
     signal.signal(signal.SIGTERM, _terminated)
     try:
         app()
-    except NotBuiltError as exc:
-        err_console.print(f"[yellow]not built yet:[/yellow] {exc}")
-        sys.exit(2)
     except RecurbenchError as exc:
         err_console.print(f"[red]error:[/red] {exc}", highlight=False)
         sys.exit(1)

@@ -15,7 +15,3 @@ class DataError(RecurbenchError):
 
 class ConfigError(RecurbenchError):
     """A suite/config file or a command-line choice is invalid."""
-
-
-class NotBuiltError(RecurbenchError):
-    """A capability that exists in the CLI but is not implemented yet."""
