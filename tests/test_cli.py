@@ -97,6 +97,14 @@ def test_bench_rsa_times_both_layers_of_either_baseline(attention):
     assert out["attention"] == attention and out["k1_k6"] == [0, 1, 1, 0, 0, 0]
     assert out["time_baseline_step_s"] > 0 and out["time_rsa_step_s"] > 0
     assert out["overhead_ratio"] == pytest.approx(out["time_rsa_step_s"] / out["time_baseline_step_s"])
+    assert out["pairs"] == 1 and len(out["overhead_pct_paired_quartiles"]) == 3
+    assert set(out["minor_page_faults_per_step"]) == {"baseline", "rsa"}
+
+
+def test_bench_rsa_rejects_fewer_than_one_pair():
+    result = runner.invoke(app, ["bench", "rsa", "--repeats", "0"])
+    assert isinstance(result.exception, RecurbenchError)
+    assert "--repeats must be at least 1, got 0" in str(result.exception)
 
 
 def test_total_timesteps_is_minigrid_only():

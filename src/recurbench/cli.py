@@ -457,7 +457,9 @@ def bench_rsa_cmd(
     impl: Annotated[
         str | None, typer.Option("--impl", help="REM path: naive, chunked or triton (default: the device's default).")
     ] = None,
-    repeats: Annotated[int, typer.Option("--repeats", help="Timed steps per round (3 interleaved rounds).")] = 10,
+    repeats: Annotated[
+        int, typer.Option("--repeats", help="Timed pairs of training steps (baseline and RSA, alternating order).")
+    ] = 30,
     threads: Annotated[int, typer.Option("--threads", help="torch CPU threads.")] = 2,
     as_json: JsonOpt = False,
 ) -> None:
@@ -469,8 +471,10 @@ def bench_rsa_cmd(
         raise RecurbenchError(f"--impl must be one of {', '.join(IMPLS)}, got {impl!r}")
     if attention not in BASELINE_ATTENTIONS:
         raise RecurbenchError(f"--attention must be one of {', '.join(BASELINE_ATTENTIONS)}, got {attention!r}")
+    if repeats < 1:
+        raise RecurbenchError(f"--repeats must be at least 1, got {repeats}")
     result = bench_rsa(seq_len, heads, head_dim, batch, k1_k6=k1_k6, dilations=dilations, causal=causal,
-                       attention=attention, impl=impl, repeats=repeats, threads=threads)
+                       attention=attention, impl=impl, pairs=repeats, threads=threads)
     if as_json:
         return _print_json(result)
     console.print(_table("RSA layer training step", ["field", "value"], [[k, v] for k, v in result.items()]))

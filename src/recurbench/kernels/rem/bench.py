@@ -5,7 +5,10 @@
 * :func:`bench_rem_sweep` -- the default path over T = 512 ... 8192 (dense where it fits), with the
   time per token to show linear scaling.
 * :func:`bench_rsa` -- training-step time of an RSA attention layer over the same layer without REMs
-  (wall time and this process's CPU time).
+  (wall time and this process's CPU time). The two layers' steps alternate (ABBA order), so load
+  from other processes hits both alike; the spread of the per-pair ratios and the minor page faults
+  per step are reported with the medians, because on a shared machine a single figure can mislead
+  (a process whose allocator keeps handing back fresh pages pays thousands of page faults a step).
 
 Peak memory on CPU: PyTorch has no CPU allocator statistics, so each measurement runs in a fresh
 Python subprocess that builds its inputs, runs a tiny warm-up, resets the kernel's resident-set high-water mark
@@ -62,9 +65,13 @@ def _fwd_bwd(v: torch.Tensor, params: dict[str, Any], impl: str | None) -> None:
     y.backward(torch.ones_like(y))
 
 
-def _time_calls(fn: Callable[[], None], repeats: int, device: torch.device) -> tuple[float, float]:
-    """Median wall time and median CPU time of this process over ``repeats`` calls, after one warm-up."""
-    fn()
+def _time_calls(
+    fn: Callable[[], None], repeats: int, device: torch.device, *, warmup: bool = True
+) -> tuple[float, float]:
+    """Median wall time and median CPU time of this process over ``repeats`` calls (after one warm-up
+    call unless ``warmup`` is False)."""
+    if warmup:
+        fn()
     wall, cpu = [], []
     for _ in range(repeats):
         if device.type == "cuda":
@@ -229,7 +236,7 @@ def bench_rsa(
     causal: bool = False,
     attention: str = "full",
     impl: str | None = None,
-    repeats: int = 10,
+    pairs: int = 30,
     threads: int = 2,
     device: str | None = None,
 ) -> dict[str, Any]:
@@ -240,8 +247,8 @@ def bench_rsa(
     Defaults: Informer's size (d_model = 512, 8 heads, encoder input 96, batch 32) and its Table 5 head
     configuration for ETTh1 (k = (0,2,2,0,2,2), d = [24,24,24,24]). ``impl`` picks the REM path
     (``None``: the default, i.e. the fused mix of :func:`recurbench.kernels.rem.rem_mix` where it
-    applies). Besides wall time, the CPU time of this process is reported (robust to other processes
-    on shared cores)."""
+    applies). ``pairs`` timed steps of each layer, alternating (see :func:`_paired_steps`); besides
+    wall time, the CPU time of this process is reported (robust to other processes on shared cores)."""
     from recurbench.forecasters.layers.attention import AttentionLayer, ProbSparseAttention
     from recurbench.forecasters.layers.rsa import REMHeadConfig, RSAFullAttention, RSAMixer
 
@@ -274,21 +281,65 @@ def bench_rsa(
 
         return step
 
-    base_step, rsa_step = make_step(None), make_step(heads_cfg)
-    # Interleave the two so that load from other processes hits both alike.
-    base_rounds, rsa_rounds = [], []
-    for _ in range(3):
-        base_rounds.append(_time_calls(base_step, repeats, dev))
-        rsa_rounds.append(_time_calls(rsa_step, repeats, dev))
-    t_base, c_base = (min(r[i] for r in base_rounds) for i in (0, 1))
-    t_rsa, c_rsa = (min(r[i] for r in rsa_rounds) for i in (0, 1))
+    timing = _paired_steps(make_step(None), make_step(heads_cfg), pairs, dev)
     return {
         "seq_len": seq_len, "heads": heads, "head_dim": head_dim, "d_model": d_model, "batch": batch,
         "k1_k6": heads_cfg.k, "dilations": heads_cfg.dilations, "causal": causal, "attention": attention,
         "impl": impl or "default",
         "device": torch.cuda.get_device_name() if dev.type == "cuda" else "cpu", "threads": torch.get_num_threads(),
+        **timing,
+    }
+
+
+def _minor_faults() -> int | None:
+    """Minor page faults of this process so far (None where ``resource`` is missing, i.e. Windows)."""
+    try:
+        import resource
+    except ImportError:
+        return None
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+
+
+def _quartiles(values: list[float]) -> list[float]:
+    q = statistics.quantiles(values, n=4, method="inclusive") if len(values) > 1 else [values[0]] * 3
+    return [float(v) for v in q]
+
+
+def _paired_steps(
+    base_step: Callable[[], None], rsa_step: Callable[[], None], pairs: int, device: torch.device
+) -> dict[str, Any]:
+    """Time ``pairs`` baseline/RSA step pairs, alternating which goes first, after two warm-up steps of
+    each (Adam's state, the allocator). Medians of wall and CPU time per step; the quartiles of the
+    per-pair overhead ``100 (rsa_i / base_i - 1)``; the median minor page faults per step."""
+    if pairs < 1:
+        raise ValueError(f"pairs must be at least 1, got {pairs}")
+    steps = {"base": base_step, "rsa": rsa_step}
+    for fn in (base_step, rsa_step, base_step, rsa_step):
+        fn()
+    wall: dict[str, list[float]] = {"base": [], "rsa": []}
+    cpu: dict[str, list[float]] = {"base": [], "rsa": []}
+    faults: dict[str, list[int]] = {"base": [], "rsa": []}
+    for i in range(pairs):
+        for name in ("base", "rsa") if i % 2 == 0 else ("rsa", "base"):
+            f0 = _minor_faults()
+            w, c = _time_calls(steps[name], 1, device, warmup=False)
+            f1 = _minor_faults()
+            wall[name].append(w)
+            cpu[name].append(c)
+            if f0 is not None and f1 is not None:
+                faults[name].append(f1 - f0)
+    t_base, t_rsa = statistics.median(wall["base"]), statistics.median(wall["rsa"])
+    c_base, c_rsa = statistics.median(cpu["base"]), statistics.median(cpu["rsa"])
+    paired = [100 * (r / b - 1) for r, b in zip(wall["rsa"], wall["base"], strict=True)]
+    return {
+        "pairs": pairs,
         "time_baseline_step_s": t_base, "time_rsa_step_s": t_rsa,
         "overhead_ratio": t_rsa / t_base, "overhead_pct": 100 * (t_rsa / t_base - 1),
+        "overhead_pct_paired_quartiles": _quartiles(paired),
         "cpu_time_baseline_step_s": c_base, "cpu_time_rsa_step_s": c_rsa,
         "overhead_pct_cpu_time": 100 * (c_rsa / c_base - 1),
+        "minor_page_faults_per_step": (
+            {"baseline": statistics.median(faults["base"]), "rsa": statistics.median(faults["rsa"])}
+            if faults["base"] else None
+        ),
     }
