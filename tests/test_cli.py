@@ -148,3 +148,27 @@ def test_a_bad_suite_config_fails_before_the_tracking_store_is_written(tmp_path,
         result.exception
     )
     assert not store.exists() and not (tmp_path / "results").exists()
+
+
+def test_progress_off_a_terminal_logs_one_line_per_change():
+    import io
+    from types import SimpleNamespace
+
+    from rich.console import Console
+    from rich.progress import Progress
+
+    from recurbench.cli import _RunProgress
+
+    buffer = io.StringIO()
+    with Progress(console=Console(file=buffer, force_terminal=False, width=200)) as progress:
+        update = _RunProgress(progress)(SimpleNamespace(name="informer-ETTh1-24-s0"))
+        for done in range(5):  # batch updates within one epoch: one line, not five
+            update(done / 5, 2, "epoch 1/2")
+        update(1, 2, "epoch 1/2: train 0.5000, val 0.6000 (3 s)")
+        update(1.5, 2, "epoch 2/2")
+    lines = [line.split(" ", 1)[1] for line in buffer.getvalue().splitlines() if line[:2].isdigit()]
+    assert lines == [
+        "informer-ETTh1-24-s0 epoch 1/2",
+        "informer-ETTh1-24-s0 epoch 1/2: train 0.5000, val 0.6000 (3 s)",
+        "informer-ETTh1-24-s0 epoch 2/2",
+    ]

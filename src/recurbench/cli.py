@@ -6,8 +6,10 @@ Errors on bad input (``RecurbenchError``) are printed as one clear message and e
 from __future__ import annotations
 
 import json
+import os
 import signal
 import sys
+import time
 from typing import Annotated, Any
 
 import typer
@@ -53,6 +55,11 @@ def main() -> None:
     SIGTERM (a scheduler's or ``timeout``'s stop) unwinds like Ctrl-C, so the MLflow runs in progress
     are ended KILLED instead of being left RUNNING."""
     signal.signal(signal.SIGTERM, _terminated)
+    # Off a terminal (a log file, a pipe) rich wraps to 80 columns unless $COLUMNS says otherwise, which
+    # folds the result tables into unreadable narrow columns; a log file has no width to respect.
+    for out in (console, err_console):
+        if not out.is_terminal and "COLUMNS" not in os.environ:
+            out.width = 160
     try:
         app()
     except RecurbenchError as exc:
@@ -212,16 +219,23 @@ def data_info(
 
 
 class _RunProgress:
-    """One rich progress bar per run."""
+    """One rich progress bar per run on a terminal; elsewhere (nohup, a scheduler's log file) a
+    time-stamped line whenever a run's description changes (an epoch starts or ends, evaluation
+    begins), since a live bar is not drawn there and a long run would otherwise print nothing."""
 
     def __init__(self, progress: Progress) -> None:
         self.progress = progress
 
     def __call__(self, plan: Any) -> Any:
         task = self.progress.add_task(plan.name, total=None)
+        last = [""]
 
         def update(completed: float, total: float, description: str = "") -> None:
-            self.progress.update(task, completed=completed, total=total, description=f"{plan.name} {description}".strip())
+            text = f"{plan.name} {description}".strip()
+            self.progress.update(task, completed=completed, total=total, description=text)
+            if not self.progress.console.is_terminal and text != last[0]:
+                last[0] = text
+                self.progress.console.print(f"{time.strftime('%H:%M:%S')} {text}", highlight=False, soft_wrap=True)
 
         return update
 

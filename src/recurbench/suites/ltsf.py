@@ -258,7 +258,7 @@ class LTSFSuite(SuiteDefinition):
         epochs = job.training.epochs
 
         def on_batch(done: int, total: int) -> None:
-            progress(epoch_index[0] + done / max(1, total), epochs, f"{plan.name} epoch {epoch_index[0] + 1}")
+            progress(epoch_index[0] + done / max(1, total), epochs, f"epoch {epoch_index[0] + 1}/{epochs}")
 
         epoch_index = [0]
 
@@ -271,6 +271,9 @@ class LTSFSuite(SuiteDefinition):
             gates, _ = rsa_state(network)
             metrics.update({f"gate.{name}": value for name, value in gates.items()})
             run.log_metrics(metrics, step=record.epoch)
+            val = "" if record.val_loss is None else f", val {record.val_loss:.4f}"
+            progress(record.epoch, epochs,
+                     f"epoch {record.epoch}/{epochs}: train {record.train_loss:.4f}{val} ({record.seconds:.0f} s)")
 
         result = train(network, data.train.dataset(), data.val.dataset(), job.window.pred_len, job.training,
                        on_epoch=on_epoch, on_batch=on_batch)
@@ -289,7 +292,7 @@ class LTSFSuite(SuiteDefinition):
         # The same test window for every model and seed, so that `recurbench report` can set them side by side.
         example = forecast_example(network, test_set, job.window.pred_len, len(test_set) // 2)
         run.log_dict({**example, "columns": list(data.series.columns)}, "forecasts/example_0.json")
-        progress(epochs, epochs, f"{plan.name} done")
+        progress(epochs, epochs, f"done: test MSE {test['mse']:.4f}, MAE {test['mae']:.4f}")
         return metrics
 
     # -------------------------------------------------------------------------------------- summary
