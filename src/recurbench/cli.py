@@ -18,6 +18,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from recurbench.errors import RecurbenchError
+from recurbench.runtime import tune_allocator
 
 app = typer.Typer(
     name="recurbench",
@@ -53,8 +54,10 @@ def main() -> None:
     """Console entry point: user errors become one message and a non-zero exit code.
 
     SIGTERM (a scheduler's or ``timeout``'s stop) unwinds like Ctrl-C, so the MLflow runs in progress
-    are ended KILLED instead of being left RUNNING."""
+    are ended KILLED instead of being left RUNNING. glibc's allocator is tuned first
+    (:func:`recurbench.runtime.tune_allocator`; ``RECURBENCH_MALLOC=default`` keeps its defaults)."""
     signal.signal(signal.SIGTERM, _terminated)
+    tune_allocator()  # keeps freed tensor memory in the process: no page faults per training step
     # Off a terminal (a log file, a pipe) rich wraps to 80 columns unless $COLUMNS says otherwise, which
     # folds the result tables into unreadable narrow columns; a log file has no width to respect.
     for out in (console, err_console):

@@ -1,0 +1,57 @@
+"""Process-wide settings for training on a CPU: glibc's allocator.
+
+PyTorch's CPU tensors come straight from ``malloc``. With glibc's defaults, a training step's
+multi-megabyte activations and gradients are returned to the kernel when freed (``munmap``, or the
+heap's top trimmed), so the next step gets fresh pages and pays a page fault (and a page of zeroing)
+per 4 KiB it touches. Whether that happens depends on the heap's history: separate processes running
+the same step were measured at 0 and 3000 faults per step. :func:`tune_allocator` keeps freed memory in
+the process instead (a fixed mmap threshold of 32 MiB, no trimming below 1 GiB), which made Informer's
+training on ETTh1 about 10 % faster on a 2-core machine (``recurbench bench forecast``) and step times
+repeatable. The cost: the resident size stays at the process's peak instead of shrinking between steps.
+
+The CLI calls it at start-up; library users can call it themselves. ``RECURBENCH_MALLOC=default`` in
+the environment turns it off; glibc's own ``MALLOC_*_`` variables are respected (nothing is changed
+where one is set).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import os
+import sys
+
+__all__ = ["MMAP_THRESHOLD", "TRIM_THRESHOLD", "tune_allocator"]
+
+_M_TRIM_THRESHOLD = -1
+_M_MMAP_THRESHOLD = -3
+
+MMAP_THRESHOLD = 32 * 1024 * 1024
+"""Allocations at least this large are mmapped (glibc's largest allowed value on 64-bit Linux)."""
+TRIM_THRESHOLD = 1024 * 1024 * 1024
+"""Free memory at the heap's top is kept until it exceeds this."""
+
+_GLIBC_VARS = ("MALLOC_TRIM_THRESHOLD_", "MALLOC_MMAP_THRESHOLD_", "MALLOC_TOP_PAD_", "MALLOC_MMAP_MAX_")
+
+
+def tune_allocator() -> bool:
+    """Set glibc's mmap and trim thresholds (see the module docstring). Returns whether they were set:
+    False off Linux/glibc, with ``RECURBENCH_MALLOC=default``, or when glibc's own variables are set."""
+    if os.environ.get("RECURBENCH_MALLOC", "").strip().lower() == "default":
+        return False
+    if any(name in os.environ for name in _GLIBC_VARS):
+        return False
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        gnu_get_libc_version = libc.gnu_get_libc_version  # glibc only (musl has a no-op mallopt)
+        mallopt = libc.mallopt
+    except (OSError, AttributeError):
+        return False
+    del gnu_get_libc_version
+    mallopt.argtypes = (ctypes.c_int, ctypes.c_int)
+    mallopt.restype = ctypes.c_int
+    # mallopt returns 1 on success. The mmap threshold goes first: setting it explicitly also stops
+    # glibc from moving the thresholds itself.
+    return bool(mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD)) and bool(mallopt(_M_TRIM_THRESHOLD, TRIM_THRESHOLD))
