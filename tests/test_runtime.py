@@ -20,6 +20,7 @@ _ROUNDS = """
 import json, resource, sys
 import torch
 from recurbench.runtime import tune_allocator
+from recurbench.tracking import standard_tags
 applied = tune_allocator()
 faults = []
 for r in range(8):
@@ -28,7 +29,7 @@ for r in range(8):
     ys = [torch.empty(3 * 1024 * 1024 + 7 * 1024 * r).fill_(1.0) for _ in range(2)]
     del xs, ys
     faults.append(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - f0)
-print(json.dumps({"applied": applied, "faults": faults}))
+print(json.dumps({"applied": applied, "faults": faults, "tag": standard_tags()["allocator"]}))
 """
 PAGES_PER_ROUND = (6 * 8 + 2 * 12) * 1024 * 1024 // 4096
 
@@ -43,11 +44,11 @@ def _rounds(env_extra: dict[str, str]) -> dict:
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's mallopt")
 def test_tuned_allocator_reuses_freed_tensor_memory():
     default = _rounds({"RECURBENCH_MALLOC": "default"})
-    assert default["applied"] is False
+    assert default["applied"] is False and default["tag"] == "default"
     if min(default["faults"][-3:]) < PAGES_PER_ROUND // 5:
         pytest.skip(f"this allocator keeps freed memory by default (faults per round {default['faults']})")
     tuned = _rounds({})
-    assert tuned["applied"] is True
+    assert tuned["applied"] is True and tuned["tag"] == "tuned"  # runs record it: it moves their timings
     # The last rounds reuse earlier rounds' pages: almost no faults (a few for torch's own bookkeeping).
     assert max(tuned["faults"][-3:]) < PAGES_PER_ROUND // 50, (tuned["faults"], default["faults"])
 

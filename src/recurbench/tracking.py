@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 import recurbench
+from recurbench.runtime import allocator
 
 RESULTS_DIR = Path("results")
 DEFAULT_TRACKING_URI = "sqlite:///results/mlflow.db"
@@ -75,13 +76,15 @@ def device_name() -> str:
 
 
 def standard_tags(**tags: Any) -> dict[str, str]:
-    """The given tags (None dropped) plus version, git commit and device."""
+    """The given tags (None dropped) plus version, git commit, device and allocator
+    (:func:`recurbench.runtime.allocator`: whether glibc's allocator was tuned, which moves timings)."""
     out = {k: str(v) for k, v in tags.items() if v is not None}
     out["recurbench_version"] = recurbench.__version__
     commit = git_commit()
     if commit:
         out["git_commit"] = commit
     out.setdefault("device", device_name())
+    out.setdefault("allocator", allocator())
     return out
 
 
