@@ -6,8 +6,9 @@ heap's top trimmed), so the next step gets fresh pages and pays a page fault (an
 per 4 KiB it touches. Whether that happens depends on the heap's history: separate processes running
 the same step were measured at 0 and 3000 faults per step. :func:`tune_allocator` keeps freed memory in
 the process instead (a fixed mmap threshold of 32 MiB, no trimming below 1 GiB), which made Informer's
-training on ETTh1 about 10 % faster on a 2-core machine (``recurbench bench forecast``) and step times
-repeatable. The cost: the resident size stays at the process's peak instead of shrinking between steps.
+training on ETTh1 5-10 % faster on a 2-core machine when it ran alone (``recurbench bench forecast``;
+about 2 % with two training processes sharing the machine) and step times repeatable. The cost: the
+resident size stays at the process's peak instead of shrinking between steps.
 
 The CLI calls it at start-up; library users can call it themselves. ``RECURBENCH_MALLOC=default`` in
 the environment turns it off; glibc's own ``MALLOC_*_`` variables are respected (nothing is changed
@@ -38,7 +39,8 @@ _tuned = False
 
 def allocator() -> str:
     """``"tuned"`` once :func:`tune_allocator` has set the thresholds in this process, else
-    ``"default"``; runs record it (tag ``allocator``), since it moves their timings by 5-10 %."""
+    ``"default"``; runs record it (tag ``allocator``), since it moves their timings (by up to
+    5-10 %)."""
     return "tuned" if _tuned else "default"
 
 
