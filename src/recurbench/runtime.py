@@ -47,6 +47,7 @@ def allocator() -> str:
 def tune_allocator() -> bool:
     """Set glibc's mmap and trim thresholds (see the module docstring). Returns whether they were set:
     False off Linux/glibc, with ``RECURBENCH_MALLOC=default``, or when glibc's own variables are set."""
+    global _tuned
     if os.environ.get("RECURBENCH_MALLOC", "").strip().lower() == "default":
         return False
     if any(name in os.environ for name in _GLIBC_VARS):
@@ -55,15 +56,14 @@ def tune_allocator() -> bool:
         return False
     try:
         libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-        gnu_get_libc_version = libc.gnu_get_libc_version  # glibc only (musl has a no-op mallopt)
-        mallopt = libc.mallopt
-    except (OSError, AttributeError):
+    except OSError:
         return False
-    del gnu_get_libc_version
+    if not hasattr(libc, "gnu_get_libc_version") or not hasattr(libc, "mallopt"):
+        return False  # not glibc (musl's mallopt does nothing)
+    mallopt = libc.mallopt
     mallopt.argtypes = (ctypes.c_int, ctypes.c_int)
     mallopt.restype = ctypes.c_int
     # mallopt returns 1 on success. The mmap threshold goes first: setting it explicitly also stops
     # glibc from moving the thresholds itself.
-    global _tuned
     _tuned = bool(mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD)) and bool(mallopt(_M_TRIM_THRESHOLD, TRIM_THRESHOLD))
     return _tuned
