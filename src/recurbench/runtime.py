@@ -11,8 +11,9 @@ about 2 % with two training processes sharing the machine) and step times repeat
 resident size stays at the process's peak instead of shrinking between steps.
 
 The CLI calls it at start-up; library users can call it themselves. ``RECURBENCH_MALLOC=default`` in
-the environment turns it off; glibc's own ``MALLOC_*_`` variables are respected (nothing is changed
-where one is set).
+the environment turns it off, and so does any of glibc's own threshold variables
+(``MALLOC_TRIM_THRESHOLD_``, ``MALLOC_MMAP_THRESHOLD_``, ``MALLOC_TOP_PAD_``, ``MALLOC_MMAP_MAX_``):
+nothing is changed where one is set. (``GLIBC_TUNABLES`` is not read.)
 """
 
 from __future__ import annotations
