@@ -59,3 +59,46 @@ def test_opting_out_and_glibc_variables_leave_the_allocator_alone(monkeypatch):
     monkeypatch.delenv("RECURBENCH_MALLOC")
     monkeypatch.setenv("MALLOC_TRIM_THRESHOLD_", "1000000")
     assert tune_allocator() is False
+
+
+# SIGTERM arrives while a finalizer runs (here a __del__ that receives it, as SQLAlchemy's weakref
+# callbacks did during garbage collection): the handler's KeyboardInterrupt is raised inside the
+# finalizer, where Python swallows it. The process must still stop within seconds.
+_SWALLOWED = """
+import os, signal, sys, time
+from recurbench.runtime import handle_termination
+def bare(signum, frame):
+    raise KeyboardInterrupt(f"terminated by signal {signum}")
+
+if sys.argv[1] == "handled":
+    handle_termination()
+else:
+    signal.signal(signal.SIGTERM, bare)
+
+class Finalized:
+    def __del__(self):
+        os.kill(os.getpid(), signal.SIGTERM)
+        for _ in range(1000):  # the handler runs here, inside the finalizer
+            pass
+
+try:
+    Finalized()
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
+        time.sleep(0.01)
+    print("still running")
+except KeyboardInterrupt as exc:
+    print(f"stopped: {exc}")
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="POSIX signals")
+def test_a_termination_swallowed_by_a_finalizer_is_delivered_again():
+    def run(mode: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-c", _SWALLOWED, mode], capture_output=True, text=True, timeout=60)
+
+    bare = run("bare")  # the failure this guards against: a plain raising handler is swallowed
+    assert bare.stdout.strip() == "still running" and "Exception ignored" in bare.stderr, bare
+    handled = run("handled")
+    assert handled.stdout.strip() == "stopped: terminated by signal 15", handled
+    assert "Exception ignored" not in handled.stderr, handled.stderr

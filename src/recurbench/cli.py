@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import sys
 import time
 from typing import Annotated, Any
@@ -18,7 +17,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from recurbench.errors import RecurbenchError
-from recurbench.runtime import tune_allocator
+from recurbench.runtime import handle_termination, tune_allocator
 
 app = typer.Typer(
     name="recurbench",
@@ -46,17 +45,13 @@ TrackingOpt = Annotated[
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
 
 
-def _terminated(signum: int, frame: Any) -> None:
-    raise KeyboardInterrupt(f"terminated by signal {signum}")
-
-
 def main() -> None:
     """Console entry point: user errors become one message and a non-zero exit code.
 
     SIGTERM (a scheduler's or ``timeout``'s stop) unwinds like Ctrl-C, so the MLflow runs in progress
-    are ended KILLED instead of being left RUNNING. glibc's allocator is tuned first
+    are ended KILLED instead of being left RUNNING (:func:`recurbench.runtime.handle_termination`). glibc's allocator is tuned first
     (:func:`recurbench.runtime.tune_allocator`; ``RECURBENCH_MALLOC=default`` keeps its defaults)."""
-    signal.signal(signal.SIGTERM, _terminated)
+    handle_termination()
     tune_allocator()  # keeps freed tensor memory in the process: no page faults per training step
     # Off a terminal (a log file, a pipe) rich wraps to 80 columns unless $COLUMNS says otherwise, which
     # folds the result tables into unreadable narrow columns; a log file has no width to respect.
