@@ -77,7 +77,7 @@ else:
 
 class Finalized:
     def __del__(self):
-        os.kill(os.getpid(), signal.SIGTERM)
+        os.kill(os.getpid(), int(sys.argv[2]))
         for _ in range(1000):  # the handler runs here, inside the finalizer
             pass
 
@@ -94,11 +94,17 @@ except KeyboardInterrupt as exc:
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="POSIX signals")
 def test_a_termination_swallowed_by_a_finalizer_is_delivered_again():
-    def run(mode: str) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, "-c", _SWALLOWED, mode], capture_output=True, text=True, timeout=60)
+    import signal
 
-    bare = run("bare")  # the failure this guards against: a plain raising handler is swallowed
+    def run(mode: str, signum: int) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [sys.executable, "-c", _SWALLOWED, mode, str(signum)], capture_output=True, text=True, timeout=60
+        )
+
+    bare = run("bare", signal.SIGTERM)  # the failure this guards against: a plain raising handler is swallowed
     assert bare.stdout.strip() == "still running" and "Exception ignored" in bare.stderr, bare
-    handled = run("handled")
+    handled = run("handled", signal.SIGTERM)
     assert handled.stdout.strip() == "stopped: terminated by signal 15", handled
     assert "Exception ignored" not in handled.stderr, handled.stderr
+    ctrl_c = run("handled", signal.SIGINT)  # Ctrl-C: Python's plain KeyboardInterrupt, delivered again too
+    assert ctrl_c.stdout.strip() == "stopped:", ctrl_c

@@ -21,12 +21,12 @@ nothing is changed where one is set. (``GLIBC_TUNABLES`` is not read.)
 SIGTERM
 -------
 :func:`handle_termination` makes SIGTERM (a scheduler's or ``timeout``'s stop) raise
-``KeyboardInterrupt`` like Ctrl-C, so the MLflow runs in progress unwind and end ``KILLED``. Python
+``KeyboardInterrupt`` like Ctrl-C (SIGINT), so the MLflow runs in progress unwind and end ``KILLED``. Python
 runs a signal handler between two bytecodes of whatever the main thread executes, and that can be a
 finalizer (``__del__``, a weakref callback during garbage collection, e.g. SQLAlchemy's), where an
 exception cannot propagate: the interpreter prints "Exception ignored" and carries on, and the run
 would go on training as if the signal had never come (seen in about 1 of 20 stops of a MiniGrid run).
-So a termination swallowed that way is delivered again, after a short delay, until it propagates.
+So a termination (SIGTERM or Ctrl-C) swallowed that way is delivered again, after a short delay, until it propagates.
 """
 
 from __future__ import annotations
@@ -96,7 +96,8 @@ _previous_unraisablehook: Any = None
 
 def _terminated(signum: int, frame: Any) -> None:
     global _raised
-    exc = KeyboardInterrupt(f"terminated by signal {signum}")
+    # Ctrl-C keeps Python's plain KeyboardInterrupt(); other signals say which one stopped the run.
+    exc = KeyboardInterrupt() if signum == signal.SIGINT else KeyboardInterrupt(f"terminated by signal {signum}")
     _raised = (exc, signum)
     raise exc
 
@@ -113,10 +114,12 @@ def _unraisable(unraisable: Any) -> None:
 
 
 def handle_termination() -> None:
-    """SIGTERM raises ``KeyboardInterrupt("terminated by signal 15")`` in the main thread, and is
-    raised again if a finalizer swallows it (see the module docstring). Call from the main thread."""
+    """SIGTERM raises ``KeyboardInterrupt("terminated by signal 15")`` in the main thread, and Ctrl-C
+    (SIGINT) Python's usual ``KeyboardInterrupt()``; either is raised again if a finalizer swallows it
+    (see the module docstring). Call from the main thread."""
     global _previous_unraisablehook
     signal.signal(signal.SIGTERM, _terminated)
+    signal.signal(signal.SIGINT, _terminated)
     if sys.unraisablehook is not _unraisable:
         _previous_unraisablehook = sys.unraisablehook
         sys.unraisablehook = _unraisable
