@@ -21,26 +21,28 @@ nothing is changed where one is set. (``GLIBC_TUNABLES`` is not read.)
 SIGTERM
 -------
 :func:`handle_termination` makes SIGTERM (a scheduler's or ``timeout``'s stop) raise
-``KeyboardInterrupt`` like Ctrl-C (SIGINT), so the MLflow runs in progress unwind and end ``KILLED``. Python
-runs a signal handler between two bytecodes of whatever the main thread executes, and that can be a
-finalizer (``__del__``, a weakref callback during garbage collection, e.g. SQLAlchemy's), where an
-exception cannot propagate: the interpreter prints "Exception ignored" and carries on, and the run
-would go on training as if the signal had never come (seen in about 1 of 20 stops of a MiniGrid run).
-So a termination (SIGTERM or Ctrl-C) swallowed that way is delivered again, after a short delay, until it propagates.
+``KeyboardInterrupt`` like Ctrl-C (SIGINT), so the MLflow runs in progress unwind and end ``KILLED``.
+Python runs a signal handler between two bytecodes of whatever the main thread executes, and the
+exception it raises can be swallowed there: in a finalizer (``__del__``, a weakref callback during
+garbage collection, e.g. SQLAlchemy's) the interpreter prints "Exception ignored" and carries on, and
+code that clears errors (C extensions do) drops it silently. The run then went on training as if the
+signal had never come (1 stop in about 20 of a MiniGrid run, both ways seen). So the handler also
+records the signal, and the training loops call :func:`raise_if_terminated` at every step (a batch, an
+env step), which raises the stop again: a run stops within a step of the signal.
 """
 
 from __future__ import annotations
 
-import _thread
 import ctypes
 import ctypes.util
 import os
 import signal
 import sys
-import threading
 from typing import Any
 
-__all__ = ["MMAP_THRESHOLD", "REDELIVERY_DELAY", "TRIM_THRESHOLD", "allocator", "handle_termination", "tune_allocator"]
+__all__ = [
+    "MMAP_THRESHOLD", "TRIM_THRESHOLD", "allocator", "handle_termination", "raise_if_terminated", "tune_allocator",
+]
 
 _M_TRIM_THRESHOLD = -1
 _M_MMAP_THRESHOLD = -3
@@ -87,36 +89,41 @@ def tune_allocator() -> bool:
     return _tuned
 
 
-REDELIVERY_DELAY = 0.05
-"""Seconds after a swallowed termination before it is delivered again."""
-
-_raised: tuple[KeyboardInterrupt, int] | None = None  # the handler's last exception, and its signal
+_pending: int | None = None  # the signal that asked this process to stop, once one has
 _previous_unraisablehook: Any = None
 
 
-def _terminated(signum: int, frame: Any) -> None:
-    global _raised
+def _stop(signum: int) -> KeyboardInterrupt:
     # Ctrl-C keeps Python's plain KeyboardInterrupt(); other signals say which one stopped the run.
-    exc = KeyboardInterrupt() if signum == signal.SIGINT else KeyboardInterrupt(f"terminated by signal {signum}")
-    _raised = (exc, signum)
-    raise exc
+    return KeyboardInterrupt() if signum == signal.SIGINT else KeyboardInterrupt(f"terminated by signal {signum}")
+
+
+def _terminated(signum: int, frame: Any) -> None:
+    global _pending
+    _pending = signum
+    raise _stop(signum)
+
+
+def raise_if_terminated() -> None:
+    """A checkpoint for loops that run for long (a training step, an env step): raise the stop again
+    if a termination signal came and its ``KeyboardInterrupt`` was swallowed on the way (see the module
+    docstring). Does nothing unless :func:`handle_termination` is installed and a signal came."""
+    if _pending is not None:
+        raise _stop(_pending)
 
 
 def _unraisable(unraisable: Any) -> None:
-    """A termination raised inside a finalizer is swallowed there: deliver it again, from a timer
-    thread, once the finalizer has returned (an exception raised in this hook would be lost too)."""
-    if _raised is not None and unraisable.exc_value is _raised[0]:
-        timer = threading.Timer(REDELIVERY_DELAY, _thread.interrupt_main, args=(_raised[1],))
-        timer.daemon = True
-        timer.start()
+    """A termination raised inside a finalizer is swallowed there; the next checkpoint raises it again,
+    so the "Exception ignored" report would only mislead."""
+    if _pending is not None and isinstance(unraisable.exc_value, KeyboardInterrupt):
         return
     _previous_unraisablehook(unraisable)
 
 
 def handle_termination() -> None:
     """SIGTERM raises ``KeyboardInterrupt("terminated by signal 15")`` in the main thread, and Ctrl-C
-    (SIGINT) Python's usual ``KeyboardInterrupt()``; either is raised again if a finalizer swallows it
-    (see the module docstring). Call from the main thread."""
+    (SIGINT) Python's usual ``KeyboardInterrupt()``; the training loops' :func:`raise_if_terminated`
+    raises it again if it was swallowed (see the module docstring). Call from the main thread."""
     global _previous_unraisablehook
     signal.signal(signal.SIGTERM, _terminated)
     signal.signal(signal.SIGINT, _terminated)

@@ -13,6 +13,7 @@ from stable_baselines3.common.callbacks import BaseCallback
 from recurbench.agents.ppo import MemoryPPO
 from recurbench.config import StrictModel
 from recurbench.envs.minigrid import env_max_steps, make_vec_env
+from recurbench.runtime import raise_if_terminated
 from recurbench.tracking import RunHandle
 
 
@@ -83,6 +84,7 @@ class CurveCallback(BaseCallback):
         self._rollouts = 0
 
     def _on_step(self) -> bool:
+        raise_if_terminated()  # a stop swallowed on its way (see recurbench.runtime)
         return True
 
     def _on_rollout_end(self) -> None:

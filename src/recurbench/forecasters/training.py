@@ -23,6 +23,7 @@ from torch import nn
 from torch.utils.data import DataLoader, Dataset
 
 from recurbench.forecasters.layers.rsa import RSAMixer
+from recurbench.runtime import raise_if_terminated
 
 
 @dataclass(frozen=True)
@@ -91,6 +92,7 @@ def evaluate(model: nn.Module, dataset: Dataset, pred_len: int, *, batch_size: i
     for n, batch in enumerate(DataLoader(dataset, batch_size=batch_size, shuffle=False)):
         if max_batches is not None and n >= max_batches:
             break
+        raise_if_terminated()
         pred, true = forecast_batch(model, batch, pred_len)
         err = (pred - true).double()
         sq += float((err**2).sum())
@@ -162,6 +164,7 @@ def train(
         for batch in loader:
             if done >= n_batches:
                 break
+            raise_if_terminated()  # a stop swallowed on its way (see recurbench.runtime)
             optimizer.zero_grad(set_to_none=True)
             pred, true = forecast_batch(model, batch, pred_len)
             loss = loss_fn(pred, true)

@@ -32,6 +32,7 @@ from pydantic import BaseModel
 
 from recurbench.config import StrictModel, check_names, deep_merge, parse_overrides, read_yaml, validate
 from recurbench.errors import ConfigError, RecurbenchError
+from recurbench.runtime import raise_if_terminated
 from recurbench.seeding import seed_everything
 from recurbench.tracking import RunHandle, Tracker, experiment_name, standard_tags
 
@@ -223,6 +224,7 @@ def run_suite(
         parent.log_params({"profile": profile, "n_runs": len(plans), "selection": dict(selection or {}),
                            "overrides": list(overrides)})
         for plan in plans:
+            raise_if_terminated()
             progress = progress_factory(plan) if progress_factory else (lambda *_: None)
             tags = standard_tags(suite=name, profile=profile, seed=plan.seed, **plan.tags)
             start = time.perf_counter()

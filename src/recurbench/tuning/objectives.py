@@ -16,6 +16,7 @@ from typing import Any
 import optuna
 
 from recurbench.errors import ConfigError
+from recurbench.runtime import raise_if_terminated
 from recurbench.tracking import RunHandle
 from recurbench.tuning.spaces import dilation_candidates, seasonal_periods, suggest_rem_heads
 from recurbench.tuning.study import Objective
@@ -255,6 +256,7 @@ class MinigridObjective(Objective):
 
         class ReportReward(BaseCallback):
             def _on_step(self) -> bool:
+                raise_if_terminated()  # a stop swallowed on its way (see recurbench.runtime)
                 return True
 
             def _on_rollout_end(self) -> None:
