@@ -49,8 +49,9 @@ def main() -> None:
     """Console entry point: user errors become one message and a non-zero exit code.
 
     SIGTERM (a scheduler's or ``timeout``'s stop) unwinds like Ctrl-C, so the MLflow runs in progress
-    are ended KILLED instead of being left RUNNING (:func:`recurbench.runtime.handle_termination`). glibc's allocator is tuned first
-    (:func:`recurbench.runtime.tune_allocator`; ``RECURBENCH_MALLOC=default`` keeps its defaults)."""
+    are ended KILLED instead of being left RUNNING (:func:`recurbench.runtime.handle_termination`).
+    glibc's allocator is tuned first (:func:`recurbench.runtime.tune_allocator`;
+    ``RECURBENCH_MALLOC=default`` keeps its defaults)."""
     handle_termination()
     tune_allocator()  # keeps freed tensor memory in the process: no page faults per training step
     # Off a terminal (a log file, a pipe) rich wraps to 80 columns unless $COLUMNS says otherwise, which
