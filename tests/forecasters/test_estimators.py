@@ -63,10 +63,14 @@ def test_rsa_lr_factor_reaches_the_gates():
     # The same fit with the RSA parameters at 30x the learning rate moves every layer's gate further.
     y = hourly_frame(120)
 
-    def gates(factor):
-        f = RSAInformerForecaster(**TINY, max_epochs=1, rem_heads=(2, 0, 0, 0, 0, 0), rsa_lr_factor=factor)
+    def gates(factor, gate_factor=None):
+        f = RSAInformerForecaster(**TINY, max_epochs=1, rem_heads=(2, 0, 0, 0, 0, 0), rsa_lr_factor=factor,
+                                  rsa_gate_lr_factor=gate_factor)
         return np.array([float(m.mu) for m in f.fit(y, fh=[1, 2]).network_.modules() if hasattr(m, "mu")])
 
     slow, fast = gates(1.0), gates(30.0)
     assert len(slow) == 3  # encoder self-attention, decoder self- and cross-attention
     assert (np.abs(fast - 1.0) > 5 * np.abs(slow - 1.0)).all()
+    # rsa_gate_lr_factor holds the gates back while the REM parameters keep the fast rate
+    held = gates(30.0, gate_factor=1.0)
+    assert (np.abs(fast - 1.0) > 5 * np.abs(held - 1.0)).all()

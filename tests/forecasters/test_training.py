@@ -62,7 +62,7 @@ def test_evaluate_averages_over_every_window_whatever_the_batch_size():
         assert abs(got["mse"] - expected["mse"]) < 1e-6 and abs(got["mae"] - expected["mae"]) < 1e-6
 
 
-def _one_step(factor: float, epochs: int = 1):
+def _one_step(factor: float, epochs: int = 1, gate_factor: float | None = None):
     from recurbench.forecasters.config import ForecasterConfig, RSASpec
     from recurbench.forecasters.models import build_network
 
@@ -78,7 +78,8 @@ def _one_step(factor: float, epochs: int = 1):
     data = TensorDataset(torch.randn(n, 8, 2, generator=g), torch.randn(n, 6, 2, generator=g),
                          torch.zeros(n, 8, 0), torch.zeros(n, 6, 0))
     torch.manual_seed(2)  # ProbSparse samples keys: the same draws for both factors
-    cfg_t = TrainConfig(epochs=epochs, batch_size=n, learning_rate=1e-3, rsa_lr_factor=factor, max_train_batches=1)
+    cfg_t = TrainConfig(epochs=epochs, batch_size=n, learning_rate=1e-3, rsa_lr_factor=factor,
+                        rsa_gate_lr_factor=gate_factor, max_train_batches=1)
     result = train(model, data, None, 2, cfg_t, generator=torch.Generator().manual_seed(3))
     steps = {name: (p.detach() - before[name]) for name, p in model.named_parameters()}
     return steps, result
@@ -107,3 +108,20 @@ def test_rsa_lr_factor_halves_with_the_learning_rate_and_must_be_positive():
     for bad in (0.0, -1.0, float("nan"), float("inf")):
         with pytest.raises(ValueError, match=r"TrainConfig.rsa_lr_factor: must be a positive number, got"):
             TrainConfig(rsa_lr_factor=bad)
+        with pytest.raises(ValueError, match=r"TrainConfig.rsa_gate_lr_factor: must be a positive number, got"):
+            TrainConfig(rsa_gate_lr_factor=bad)
+
+
+def test_rsa_gate_lr_factor_sets_the_gates_apart_from_the_rem_parameters():
+    # REM parameters at factor 10, gates at 1: mu moves as in the base run, eta/nu/theta 10 times as far.
+    base, _ = _one_step(1.0)
+    split, _ = _one_step(10.0, gate_factor=1.0)
+    gates_fast, _ = _one_step(1.0, gate_factor=10.0)
+    for name, step in base.items():
+        kind = name.rsplit(".", 1)[-1]
+        if kind == "mu":
+            torch.testing.assert_close(split[name], step, rtol=0, atol=0, msg=name)
+            torch.testing.assert_close(gates_fast[name], 10 * step, rtol=1e-3, atol=1e-7, msg=name)
+        elif kind in ("eta", "nu", "theta"):
+            torch.testing.assert_close(split[name], 10 * step, rtol=1e-3, atol=1e-7, msg=name)
+            torch.testing.assert_close(gates_fast[name], step, rtol=0, atol=0, msg=name)

@@ -306,22 +306,25 @@ class TransformerXLForecaster(WindowedTorchForecaster):
 # ------------------------------------------------------------------------------------------ RSA variants
 
 
-_RSA_ONLY = ("rem_heads", "rem_dilations", "gate_init", "rsa_lr_factor", "self", "__class__")
+_RSA_ONLY = ("rem_heads", "rem_dilations", "gate_init", "rsa_lr_factor", "rsa_gate_lr_factor", "self", "__class__")
 
 
 class _RSAMixin:
     """REM heads for an RSA estimator: ``rem_heads`` = (k1..k6), ``rem_dilations`` one per dilated head;
     ``gate_init`` the gates' mu at start; ``rsa_lr_factor`` the gates' and REM parameters' learning rate
-    as a multiple of ``learning_rate`` (:attr:`recurbench.forecasters.training.TrainConfig.rsa_lr_factor`)."""
+    as a multiple of ``learning_rate`` (:attr:`recurbench.forecasters.training.TrainConfig.rsa_lr_factor`);
+    ``rsa_gate_lr_factor`` the gates' alone, if given (``TrainConfig.rsa_gate_lr_factor``)."""
 
     rem_heads: tuple[int, ...] | None
     rem_dilations: tuple[int, ...] | None
     gate_init: float
     rsa_lr_factor: float
+    rsa_gate_lr_factor: float | None
     n_heads: int
 
     def _training(self) -> dict[str, Any]:
-        return {"rsa_lr_factor": float(self.rsa_lr_factor)}
+        gate = None if self.rsa_gate_lr_factor is None else float(self.rsa_gate_lr_factor)
+        return {"rsa_lr_factor": float(self.rsa_lr_factor), "rsa_gate_lr_factor": gate}
 
     def _rsa(self) -> RSASpec:
         k = tuple(self.rem_heads) if self.rem_heads is not None else (self.n_heads, 0, 0, 0, 0, 0)
@@ -356,12 +359,13 @@ class RSAInformerForecaster(_RSAMixin, InformerForecaster):
         learning_rate: float = 1e-4, patience: int = 3, val_size: float = 0.0, random_state: int | None = None,
         factor: int = 5, attention: str = "prob", distil: bool = False,
         rem_heads: tuple[int, ...] | None = None, rem_dilations: tuple[int, ...] | None = None, gate_init: float = 1.0,
-        rsa_lr_factor: float = 1.0,
+        rsa_lr_factor: float = 1.0, rsa_gate_lr_factor: float | None = None,
     ) -> None:
         self.rem_heads = rem_heads
         self.rem_dilations = rem_dilations
         self.gate_init = gate_init
         self.rsa_lr_factor = rsa_lr_factor
+        self.rsa_gate_lr_factor = rsa_gate_lr_factor
         super().__init__(**{k: v for k, v in locals().items() if k not in _RSA_ONLY})
 
     @classmethod
@@ -391,12 +395,13 @@ class RSALogSparseForecaster(_RSAMixin, LogSparseForecaster):
         learning_rate: float = 1e-4, patience: int = 3, val_size: float = 0.0, random_state: int | None = None,
         conv_kernel: int = 3, local_window: int = 0,
         rem_heads: tuple[int, ...] | None = None, rem_dilations: tuple[int, ...] | None = None, gate_init: float = 1.0,
-        rsa_lr_factor: float = 1.0,
+        rsa_lr_factor: float = 1.0, rsa_gate_lr_factor: float | None = None,
     ) -> None:
         self.rem_heads = rem_heads
         self.rem_dilations = rem_dilations
         self.gate_init = gate_init
         self.rsa_lr_factor = rsa_lr_factor
+        self.rsa_gate_lr_factor = rsa_gate_lr_factor
         super().__init__(**{k: v for k, v in locals().items() if k not in _RSA_ONLY})
 
     @classmethod
@@ -426,12 +431,13 @@ class RSATransformerXLForecaster(_RSAMixin, TransformerXLForecaster):
         learning_rate: float = 1e-4, patience: int = 3, val_size: float = 0.0, random_state: int | None = None,
         segment_len: int | None = None,
         rem_heads: tuple[int, ...] | None = None, rem_dilations: tuple[int, ...] | None = None, gate_init: float = 1.0,
-        rsa_lr_factor: float = 1.0,
+        rsa_lr_factor: float = 1.0, rsa_gate_lr_factor: float | None = None,
     ) -> None:
         self.rem_heads = rem_heads
         self.rem_dilations = rem_dilations
         self.gate_init = gate_init
         self.rsa_lr_factor = rsa_lr_factor
+        self.rsa_gate_lr_factor = rsa_gate_lr_factor
         super().__init__(**{k: v for k, v in locals().items() if k not in _RSA_ONLY})
 
     @classmethod

@@ -47,10 +47,17 @@ class TrainConfig:
     ``learning_rate * rsa_lr_factor``, halved with it. At 1 (Informer's scheme for every weight) Adam moves
     each of them by at most ~lr per step: about 0.05 over a 6-epoch ETTh1 run, so the gates and REMs stay
     near their initialisation. The RSA paper tunes its RSA hyperparameters by grid search (App. D.4)."""
+    rsa_gate_lr_factor: float | None = None
+    """The gates' mu alone at ``learning_rate * rsa_gate_lr_factor``, so the REM parameters' rate and the
+    gates' can be told apart; None = ``rsa_lr_factor`` for the gates too."""
 
     def __post_init__(self) -> None:
-        if not (self.rsa_lr_factor > 0 and math.isfinite(self.rsa_lr_factor)):
-            raise ValueError(f"TrainConfig.rsa_lr_factor: must be a positive number, got {self.rsa_lr_factor!r}")
+        for name in ("rsa_lr_factor", "rsa_gate_lr_factor"):
+            value = getattr(self, name)
+            if name == "rsa_gate_lr_factor" and value is None:
+                continue
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not (value > 0 and math.isfinite(value)):
+                raise ValueError(f"TrainConfig.{name}: must be a positive number, got {value!r}")
 
 
 @dataclass
@@ -117,13 +124,21 @@ def forecast_example(model: nn.Module, dataset: Dataset, pred_len: int, index: i
     return {"window": index, "history": batch[0][0].tolist(), "truth": true[0].tolist(), "prediction": pred[0].tolist()}
 
 
-def param_groups(model: nn.Module, rsa_lr_factor: float = 1.0) -> list[dict[str, Any]]:
-    """Optimizer groups: the RSA mixers' parameters (gates and REM parameters) with ``lr_factor``
-    ``rsa_lr_factor``, every other trainable parameter with 1. Empty groups are left out."""
-    rsa = {id(p) for m in model.modules() if isinstance(m, RSAMixer) for p in m.parameters()}
+def param_groups(
+    model: nn.Module, rsa_lr_factor: float = 1.0, gate_lr_factor: float | None = None
+) -> list[dict[str, Any]]:
+    """Optimizer groups: the RSA mixers' REM parameters with ``lr_factor`` ``rsa_lr_factor``, their
+    gates' mu with ``gate_lr_factor`` (None: ``rsa_lr_factor`` too), every other trainable parameter
+    with 1. Empty groups are left out."""
+    mixers = [m for m in model.modules() if isinstance(m, RSAMixer)]
+    gates = {id(m.mu) for m in mixers}
+    rsa = {id(p) for m in mixers for p in m.parameters()}
+    trainable = [p for p in model.parameters() if p.requires_grad]
     groups = [
-        {"params": [p for p in model.parameters() if p.requires_grad and id(p) not in rsa], "lr_factor": 1.0},
-        {"params": [p for p in model.parameters() if p.requires_grad and id(p) in rsa], "lr_factor": rsa_lr_factor},
+        {"params": [p for p in trainable if id(p) not in rsa], "lr_factor": 1.0},
+        {"params": [p for p in trainable if id(p) in rsa and id(p) not in gates], "lr_factor": rsa_lr_factor},
+        {"params": [p for p in trainable if id(p) in gates],
+         "lr_factor": rsa_lr_factor if gate_lr_factor is None else gate_lr_factor},
     ]
     return [g for g in groups if g["params"]]
 
@@ -143,7 +158,9 @@ def train(
     record as soon as it is known. Without a validation set (or one with no windows) there is no early
     stopping and the last weights are kept.
     """
-    optimizer = torch.optim.Adam(param_groups(model, cfg.rsa_lr_factor), lr=cfg.learning_rate)
+    optimizer = torch.optim.Adam(
+        param_groups(model, cfg.rsa_lr_factor, cfg.rsa_gate_lr_factor), lr=cfg.learning_rate
+    )
     loss_fn = nn.MSELoss()
     has_val = val_set is not None and len(val_set) > 0
     result = TrainResult()

@@ -95,6 +95,8 @@ class TrainingSettings(StrictModel):
     max_val_batches: PositiveInt | None = None
     rsa_lr_factor: float = Field(1.0, gt=0, allow_inf_nan=False)
     """RSA gates and REM parameters train at learning_rate x this (TrainConfig.rsa_lr_factor)."""
+    rsa_gate_lr_factor: float | None = Field(None, gt=0, allow_inf_nan=False)
+    """The gates alone at learning_rate x this; null = rsa_lr_factor (TrainConfig.rsa_gate_lr_factor)."""
 
 
 _Dataset = known_name(DATASETS, "dataset")
@@ -177,7 +179,7 @@ class LTSFSuite(SuiteDefinition):
         training = TrainConfig(
             epochs=ts.epochs, batch_size=ts.batch_size, learning_rate=ts.learning_rate, lr_decay=ts.lr_decay,
             patience=ts.patience, max_train_batches=ts.max_train_batches, max_val_batches=ts.max_val_batches,
-            rsa_lr_factor=ts.rsa_lr_factor,
+            rsa_lr_factor=ts.rsa_lr_factor, rsa_gate_lr_factor=ts.rsa_gate_lr_factor,
         )
         plans: list[RunPlan] = []
         for dataset in datasets:
