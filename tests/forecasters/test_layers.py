@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from recurbench.forecasters.layers.attention import (
+    AttentionLayer,
     FullAttention,
     MaskedAttention,
     ProbSparseAttention,
@@ -103,6 +104,31 @@ def test_full_attention_matches_reference():
     torch.manual_seed(1)
     q, k, v = (torch.randn(2, 7, 2, 5) for _ in range(3))
     torch.testing.assert_close(FullAttention(causal=True)(q, k, v), softmax_attention(q, k, v, True), atol=1e-5, rtol=1e-5)
+
+
+class _Labels(torch.nn.Module):
+    """An "attention" whose output at (step t, head h) is 1000 h + t in every dimension."""
+
+    def forward(self, q, k, v):
+        B, T, H, D = q.shape
+        labels = 1000 * torch.arange(H)[None, :] + torch.arange(T)[:, None]
+        return labels[None, :, :, None].expand(B, T, H, D).float()
+
+
+@pytest.mark.parametrize("mix", [False, True])
+def test_attention_layer_mix_flattens_heads_as_informers_decoder(mix):
+    # Informer2020's decoder self-attention (mix=True): row r holds one head's outputs at H steps in a
+    # row -- here L = 4, H = 2, D = 2: rows [h0 t0, h0 t1], [h0 t2, h0 t3], [h1 t0, h1 t1], [h1 t2, h1 t3].
+    layer = AttentionLayer(_Labels(), 4, 2, mix=mix)
+    with torch.no_grad():
+        layer.out_proj.weight.copy_(torch.eye(4))
+        layer.out_proj.bias.zero_()
+    out = layer(*(torch.zeros(1, 4, 4),) * 3)[0]
+    expected = (
+        [[0, 0, 1, 1], [2, 2, 3, 3], [1000, 1000, 1001, 1001], [1002, 1002, 1003, 1003]] if mix
+        else [[0, 0, 1000, 1000], [1, 1, 1001, 1001], [2, 2, 1002, 1002], [3, 3, 1003, 1003]]
+    )
+    assert out.tolist() == expected
 
 
 def test_log_sparse_pattern_lags():

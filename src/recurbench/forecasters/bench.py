@@ -50,7 +50,7 @@ def bench_forecast(
         n_features=data.n_features, n_marks=len(data.time_feature_names), seq_len=setting.seq_len,
         label_len=setting.label_len, pred_len=horizon, d_model=ms.d_model, n_heads=ms.n_heads,
         e_layers=setting.e_layers, d_layers=setting.d_layers, d_ff=ms.d_ff, dropout=ms.dropout,
-        factor=setting.factor, attention=ms.attention, distil=ms.distil, rsa=rsa,
+        factor=setting.factor, attention=ms.attention, distil=ms.distil, mix=ms.mix, rsa=rsa,
     )
     network = build_network(model, cfg).train()
     batch_size = paper.training.batch_size

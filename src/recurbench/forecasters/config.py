@@ -85,6 +85,10 @@ class ForecasterConfig:
     distil: bool = False
     """Informer: self-attention distilling between encoder layers (the RSA paper turns it off for both
     Informer and RSA-Informer, App. D.4, because it distorts relative positions)."""
+    mix: bool = False
+    """Informer: the reference code's ``mix`` in the decoder self-attention: the per-head output
+    ``[B, L, H, D]`` is transposed to ``[B, H, L, D]`` before it is flattened to ``[B, L, H D]``, so each
+    output row holds one head's outputs at H consecutive steps (Informer2020's default, ``--mix``)."""
     conv_kernel: int = 3
     """LogSparse: kernel of the causal convolution producing queries and keys (1 = plain attention)."""
     local_window: int = 0

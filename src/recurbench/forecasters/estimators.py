@@ -209,7 +209,8 @@ class WindowedTorchForecaster(BaseForecaster):
 
 
 class InformerForecaster(WindowedTorchForecaster):
-    """Informer (ProbSparse attention, optional distilling, generative decoder).
+    """Informer (ProbSparse attention, optional distilling, generative decoder). ``mix``: the reference
+    decoder's head-major reshape (:attr:`recurbench.forecasters.config.ForecasterConfig.mix`).
 
     Examples
     --------
@@ -228,15 +229,21 @@ class InformerForecaster(WindowedTorchForecaster):
         self, seq_len: int = 96, label_len: int = 48, d_model: int = 512, n_heads: int = 8, e_layers: int = 2,
         d_layers: int = 1, d_ff: int = 2048, dropout: float = 0.05, max_epochs: int = 6, batch_size: int = 32,
         learning_rate: float = 1e-4, patience: int = 3, val_size: float = 0.0, random_state: int | None = None,
-        factor: int = 5, attention: str = "prob", distil: bool = False,
+        factor: int = 5, attention: str = "prob", distil: bool = False, mix: bool = False,
     ) -> None:
         self.factor = factor
         self.attention = attention
         self.distil = distil
+        self.mix = mix
         super().__init__(**{k: v for k, v in locals().items() if k in WindowedTorchForecaster._COMMON})
 
     def _architecture(self) -> dict[str, Any]:
-        return {"factor": self.factor, "attention": self.attention, "distil": self.distil}
+        return {"factor": self.factor, "attention": self.attention, "distil": self.distil, "mix": self.mix}
+
+    @classmethod
+    def get_test_params(cls, parameter_set: str = "default") -> list[dict[str, Any]]:
+        params = super().get_test_params(parameter_set)
+        return [params[0], {**params[1], "mix": True}]
 
 
 class LogSparseForecaster(WindowedTorchForecaster):
@@ -357,7 +364,7 @@ class RSAInformerForecaster(_RSAMixin, InformerForecaster):
         self, seq_len: int = 96, label_len: int = 48, d_model: int = 512, n_heads: int = 8, e_layers: int = 2,
         d_layers: int = 1, d_ff: int = 2048, dropout: float = 0.05, max_epochs: int = 6, batch_size: int = 32,
         learning_rate: float = 1e-4, patience: int = 3, val_size: float = 0.0, random_state: int | None = None,
-        factor: int = 5, attention: str = "prob", distil: bool = False,
+        factor: int = 5, attention: str = "prob", distil: bool = False, mix: bool = False,
         rem_heads: tuple[int, ...] | None = None, rem_dilations: tuple[int, ...] | None = None, gate_init: float = 1.0,
         rsa_lr_factor: float = 1.0, rsa_gate_lr_factor: float | None = None,
     ) -> None:

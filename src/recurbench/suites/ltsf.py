@@ -78,6 +78,7 @@ class ModelSettings(StrictModel):
     dropout: float = Field(0.05, ge=0, lt=1)
     attention: str = "prob"
     distil: bool = False
+    mix: bool = False
     conv_kernel: PositiveInt = 3
     local_window: NonNegativeInt = 0
     segment_len: PositiveInt | None = None
@@ -217,7 +218,7 @@ class LTSFSuite(SuiteDefinition):
                         seq_len=setting.seq_len, label_len=setting.label_len, pred_len=horizon,
                         d_model=ms.d_model, n_heads=ms.n_heads, e_layers=setting.e_layers,
                         d_layers=setting.d_layers, d_ff=ms.d_ff, dropout=ms.dropout, factor=setting.factor,
-                        attention=ms.attention, distil=ms.distil, conv_kernel=ms.conv_kernel,
+                        attention=ms.attention, distil=ms.distil, mix=ms.mix, conv_kernel=ms.conv_kernel,
                         local_window=ms.local_window, segment_len=ms.segment_len, rsa=rsa,
                     )
                     try:

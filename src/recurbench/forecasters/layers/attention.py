@@ -132,11 +132,13 @@ class AttentionLayer(nn.Module):
 
     ``qk_kernel_size > 1`` gives LogSparse's convolutional self-attention: queries and keys come from a
     causal Conv1d over the inputs (Li et al. 2019, Sec. 3.2), so they see local shape, not single points.
+    ``mix`` flattens the per-head output head-major, as Informer's reference decoder does (after the RSA
+    mixing, which sees every head in time order either way).
     """
 
     def __init__(
         self, attention: nn.Module, d_model: int, n_heads: int, *,
-        mixer: nn.Module | None = None, qk_kernel_size: int = 1,
+        mixer: nn.Module | None = None, qk_kernel_size: int = 1, mix: bool = False,
     ) -> None:
         super().__init__()
         if d_model % n_heads:
@@ -145,6 +147,7 @@ class AttentionLayer(nn.Module):
         self.mixer = mixer
         self.n_heads = n_heads
         self.qk_kernel_size = qk_kernel_size
+        self.mix = mix
         if qk_kernel_size > 1:
             self.q_proj = nn.Conv1d(d_model, d_model, qk_kernel_size)
             self.k_proj = nn.Conv1d(d_model, d_model, qk_kernel_size)
@@ -174,6 +177,8 @@ class AttentionLayer(nn.Module):
         out = self.attention(q, k, v)  # [B, Lq, H, D]
         if self.mixer is not None:
             out = self.mixer(out, v, query_positions=query_positions)
+        if self.mix:
+            out = out.transpose(1, 2)  # [B, H, Lq, D], then read as Lq rows of H * D values
         return self.out_proj(out.reshape(B, Lq, -1))
 
 
