@@ -228,3 +228,34 @@ def test_cli_compare(store):
     assert result.exit_code == 0 and "DoorKey" in result.stdout and "FAILED" in result.stdout and "exploded" in result.stdout
     result = runner.invoke(app, ["compare", "ltsf", "--tracking-uri", store.uri, "--format", "xml"])
     assert isinstance(result.exception, ConfigError)
+
+
+def test_grouping_by_a_param_an_older_run_did_not_log_reads_its_default(tmp_path):
+    # rsa_informer seed 0 was logged before training.rsa_gate_lr_factor existed, seed 1 after (at its
+    # default, None): grouped by that param they are one cell of two seeds. The baseline logged no rsa.*
+    # params at all, so it gains none: grouped by rsa.gate_init it is left out, not given a gate.
+    from recurbench.tracking import MlflowTracker, experiment_name, standard_tags
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    tracker = MlflowTracker(uri)
+    tracker.client.create_experiment(experiment_name("ltsf"), artifact_location=(tmp_path / "a").as_uri())
+    with tracker.run("ltsf-quick", experiment=experiment_name("ltsf"),
+                     tags=standard_tags(suite="ltsf", profile="quick", role="parent")) as parent:
+        runs = [("rsa_informer", 0, 0.40, {"rsa.k": "[2, 0, 0, 0, 0, 0]", "training.rsa_lr_factor": "1.0"}),
+                ("rsa_informer", 1, 0.44, {"rsa.k": "[2, 0, 0, 0, 0, 0]", "rsa.gate_init": "1.0",
+                                           "training.rsa_lr_factor": "1.0", "training.rsa_gate_lr_factor": "None"}),
+                ("informer", 0, 0.70, {"training.rsa_lr_factor": "1.0", "training.rsa_gate_lr_factor": "None"})]
+        for model, seed, mse, params in runs:
+            tags = standard_tags(suite="ltsf", profile="quick", seed=seed, dataset="ETTh1", horizon=24, model=model)
+            with tracker.run(f"{model}-s{seed}", experiment=experiment_name("ltsf"), parent=parent, tags=tags) as run:
+                run.log_params({"seed": seed, **params})
+                run.log_metrics({"test_mse": mse, "test_mae": mse})
+    keys = ["dataset", "horizon", "model"]
+    by_gate_rate = compare("ltsf", tracking_uri=uri, by=[*keys, "training.rsa_gate_lr_factor"])
+    c = cell(by_gate_rate, "mse", model="rsa_informer", **{"training.rsa_gate_lr_factor": "None"})
+    assert (c["mean"], c["n"]) == (pytest.approx(0.42), 2)
+    by_gate = compare("ltsf", tracking_uri=uri, by=[*keys, "rsa.gate_init"])
+    c = cell(by_gate, "mse", model="rsa_informer", **{"rsa.gate_init": "1.0"})
+    assert (c["mean"], c["n"]) == (pytest.approx(0.42), 2)
+    assert set(by_gate.cells["model"]) == {"rsa_informer"}
+    assert any("1 finished run(s) without the tag(s)" in n for n in by_gate.notes)

@@ -15,7 +15,7 @@ Two choices decide which runs a comparison sees, and both are made here, once:
   FINISHED run of a configuration decides its settings, and older runs whose logged params differ
   from it (seed and thread count aside) are left out, with a note naming the differing params. A
   param an older version did not log is read at the suite's default for it (the behaviour that
-  version had); one without a known default counts as different.
+  version had), for grouping (``--by``) as well; one without a known default counts as different.
 * **one run per configuration and seed** — when the same configuration and seed were run more than
   once with those settings, only the most recently started FINISHED run counts, so a re-run replaces
   rather than doubles a seed.
@@ -29,7 +29,7 @@ from __future__ import annotations
 import os
 import tempfile
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 from pathlib import Path
 from typing import Any
@@ -169,6 +169,15 @@ def settings_diff(run: RunRecord, reference: RunRecord, defaults: Mapping[str, s
     return ", ".join(parts) + (", ..." if len(keys) > 3 else "")
 
 
+def with_param_defaults(run: RunRecord, defaults: Mapping[str, str]) -> RunRecord:
+    """``run`` with each param it did not log read at its default in ``defaults``: one added by a
+    later version, which the run's version used at that value. Only in the sections (``training.``,
+    ``rsa.``, ...) the run logged at all, so a baseline gains no ``rsa.`` params."""
+    sections = {k.split(".", 1)[0] for k in run.params if "." in k}
+    missing = {k: v for k, v in defaults.items() if k not in run.params and k.split(".", 1)[0] in sections}
+    return replace(run, params={**run.params, **missing}) if missing else run
+
+
 def suite_param_defaults(suite: str) -> dict[str, str]:
     """:meth:`~recurbench.suites.runner.SuiteDefinition.param_defaults` of ``suite`` ({} if unknown)."""
     from recurbench.suites.runner import SUITES
@@ -210,6 +219,10 @@ def load_runs(
             f"no experiment {name!r} in the MLflow store {uri}; experiments there: {', '.join(known) or 'none'}"
         )
     runs = [_record(r) for r in _search_all(client, found.experiment_id)]  # newest first
+    defaults: dict[str, str] | None = None
+    if len({frozenset(r.params) for r in runs}) > 1:  # some run logged params that another did not
+        defaults = suite_param_defaults(suite)
+        runs = [with_param_defaults(r, defaults) for r in runs]
     parents = [r for r in runs if r.tags.get("role") == "parent"]
     nested = [r for r in runs if r.tags.get("role") != "parent"]
     if not nested:
@@ -238,7 +251,6 @@ def load_runs(
     newest: dict[tuple[Any, ...], RunRecord] = {}
     differences: dict[tuple[Any, ...], str] = {}
     superseded = other_settings = 0
-    defaults: dict[str, str] | None = None
     for r in (r for r in nested if r.status == "FINISHED"):  # newest first: the first one of a key wins
         config = tuple(r.tags.get(k, r.params.get(k)) for k in config_keys)
         reference = newest.setdefault(config, r)
