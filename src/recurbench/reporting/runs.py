@@ -220,7 +220,8 @@ def load_runs(
         )
     runs = [_record(r) for r in _search_all(client, found.experiment_id)]  # newest first
     defaults: dict[str, str] | None = None
-    if len({frozenset(r.params) for r in runs}) > 1:  # some run logged params that another did not
+    if len({frozenset(r.params) for r in runs}) > 1:  # some run logged params that another did not (only
+        # then are the suite's defaults needed, and imported)
         defaults = suite_param_defaults(suite)
         runs = [with_param_defaults(r, defaults) for r in runs]
     parents = [r for r in runs if r.tags.get("role") == "parent"]
@@ -254,8 +255,6 @@ def load_runs(
     for r in (r for r in nested if r.status == "FINISHED"):  # newest first: the first one of a key wins
         config = tuple(r.tags.get(k, r.params.get(k)) for k in config_keys)
         reference = newest.setdefault(config, r)
-        if defaults is None and r.params.keys() != reference.params.keys():
-            defaults = suite_param_defaults(suite)  # only needed (and imported) when the logged keys differ
         if diff := settings_diff(r, reference, defaults):
             other_settings += 1
             differences.setdefault(config, "/".join(str(v) for v in config) + ": " + diff)
