@@ -173,9 +173,26 @@ def with_param_defaults(run: RunRecord, defaults: Mapping[str, str]) -> RunRecor
     """``run`` with each param it did not log read at its default in ``defaults``: one added by a
     later version, which the run's version used at that value. Only in the sections (``training.``,
     ``rsa.``, ...) the run logged at all, so a baseline gains no ``rsa.`` params."""
-    sections = {k.split(".", 1)[0] for k in run.params if "." in k}
-    missing = {k: v for k, v in defaults.items() if k not in run.params and k.split(".", 1)[0] in sections}
+    sections = {_section(k) for k in run.params} - {None}
+    missing = {k: v for k, v in defaults.items() if k not in run.params and _section(k) in sections}
     return replace(run, params={**run.params, **missing}) if missing else run
+
+
+def _section(key: str) -> str | None:
+    return key.split(".", 1)[0] if "." in key else None
+
+
+def _lacks_a_param_of_its_sections(runs: Sequence[RunRecord]) -> bool:
+    """Whether some run did not log a param that another run logged in a section both logged: only
+    then does :func:`with_param_defaults` change anything (decided without importing the suites)."""
+    logged: dict[str, set[str]] = {}
+    for r in runs:
+        for k in r.params:
+            if (s := _section(k)) is not None:
+                logged.setdefault(s, set()).add(k)
+    return any(
+        not logged[s] <= r.params.keys() for r in runs for s in {_section(k) for k in r.params} - {None}
+    )
 
 
 def suite_param_defaults(suite: str) -> dict[str, str]:
@@ -219,15 +236,15 @@ def load_runs(
             f"no experiment {name!r} in the MLflow store {uri}; experiments there: {', '.join(known) or 'none'}"
         )
     runs = [_record(r) for r in _search_all(client, found.experiment_id)]  # newest first
-    defaults: dict[str, str] | None = None
-    if len({frozenset(r.params) for r in runs}) > 1:  # some run logged params that another did not (only
-        # then are the suite's defaults needed, and imported)
-        defaults = suite_param_defaults(suite)
-        runs = [with_param_defaults(r, defaults) for r in runs]
     parents = [r for r in runs if r.tags.get("role") == "parent"]
     nested = [r for r in runs if r.tags.get("role") != "parent"]
     if not nested:
         raise RecurbenchError(f"experiment {name!r} in {uri} has no runs to compare")
+    # The suite's defaults are read (and the suites imported) only where some logged keys differ.
+    defaults: dict[str, str] | None = None
+    if _lacks_a_param_of_its_sections(nested):
+        defaults = suite_param_defaults(suite)
+        nested = [with_param_defaults(r, defaults) for r in nested]
 
     notes: list[str] = []
     profiles = sorted({r.tags["profile"] for r in nested if "profile" in r.tags})
@@ -255,6 +272,8 @@ def load_runs(
     for r in (r for r in nested if r.status == "FINISHED"):  # newest first: the first one of a key wins
         config = tuple(r.tags.get(k, r.params.get(k)) for k in config_keys)
         reference = newest.setdefault(config, r)
+        if defaults is None and r.params.keys() != reference.params.keys():
+            defaults = suite_param_defaults(suite)
         if diff := settings_diff(r, reference, defaults):
             other_settings += 1
             differences.setdefault(config, "/".join(str(v) for v in config) + ": " + diff)
