@@ -28,12 +28,25 @@ def windows(n: int, target_scale: float = 1.0) -> TensorDataset:
     return TensorDataset(x, y, torch.zeros(n, 3, 0), torch.zeros(n, 2, 0))
 
 
-def test_learning_rate_halves_each_epoch_and_losses_are_recorded():
+def test_learning_rate_is_held_two_epochs_then_halved_as_informer2020s_loop_and_losses_are_recorded():
+    # Informer2020 calls adjust_learning_rate(optimizer, epoch + 1) after each 0-based epoch, with
+    # lradj type1 = lr * 0.5 ** (epoch - 1): the rate after epoch 1 is the full one again.
     records = []
-    result = train(Scale(), windows(64), windows(16), 2, TrainConfig(epochs=3, batch_size=16), on_epoch=records.append)
-    assert [r.learning_rate for r in result.epochs] == [1e-4, 5e-5, 2.5e-5]
+    result = train(Scale(), windows(64), windows(16), 2, TrainConfig(epochs=4, batch_size=16), on_epoch=records.append)
+    assert [r.learning_rate for r in result.epochs] == [1e-4, 1e-4, 5e-5, 2.5e-5]
     assert records == result.epochs and all(r.batches == 4 for r in records)
     assert all(r.val_loss is not None and r.train_loss > 0 for r in records)
+
+
+def test_lr_hold_epochs_sets_where_the_halving_starts_and_is_checked():
+    import pytest
+
+    for hold, expected in ((1, [1e-4, 5e-5, 2.5e-5]), (3, [1e-4, 1e-4, 1e-4])):
+        result = train(Scale(), windows(32), None, 2, TrainConfig(epochs=3, batch_size=16, lr_hold_epochs=hold))
+        assert [r.learning_rate for r in result.epochs] == expected
+    for bad in (0, -1, 1.5, True, None):
+        with pytest.raises(ValueError, match=r"TrainConfig.lr_hold_epochs: must be an integer >= 1, got"):
+            TrainConfig(lr_hold_epochs=bad)
 
 
 def test_early_stopping_restores_the_best_weights():
@@ -103,8 +116,8 @@ def test_rsa_lr_factor_scales_only_the_gates_and_rem_parameters():
 def test_rsa_lr_factor_halves_with_the_learning_rate_and_must_be_positive():
     import pytest
 
-    _, result = _one_step(100.0, epochs=2)
-    assert [r.learning_rate for r in result.epochs] == [1e-3, 5e-4]  # the base rate is what epochs report
+    _, result = _one_step(100.0, epochs=3)
+    assert [r.learning_rate for r in result.epochs] == [1e-3, 1e-3, 5e-4]  # the base rate is what epochs report
     for bad in (0.0, -1.0, float("nan"), float("inf")):
         with pytest.raises(ValueError, match=r"TrainConfig.rsa_lr_factor: must be a positive number, got"):
             TrainConfig(rsa_lr_factor=bad)

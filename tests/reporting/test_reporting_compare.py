@@ -86,8 +86,10 @@ def test_suite_param_defaults_are_the_text_a_default_run_logs(data_dir):
                               data_dir=str(data_dir))
     logged = {k: param_value(v) for k, v in flatten(plan.params).items()}
     defaults = definition.param_defaults()
-    training = {k: v for k, v in defaults.items() if k.startswith("training.")}
+    training = {k: v for k, v in defaults.items() if k.startswith("training.") and k != "training.lr_hold_epochs"}
     assert training and all(logged[k] == v for k, v in training.items())
+    # Runs from before lr_hold_epochs halved after every epoch: one that did not log it read as 1.
+    assert (logged["training.lr_hold_epochs"], defaults["training.lr_hold_epochs"]) == ("2", "1")
     assert (defaults["training.rsa_lr_factor"], defaults["rsa.keep_positional"]) == ("1.0", "False")
     definition, quick = load_profile("minigrid", "quick")
     assert definition.param_defaults()["ppo.learning_rate"] == "0.001"
@@ -253,6 +255,9 @@ def test_grouping_by_a_param_an_older_run_did_not_log_reads_its_default(tmp_path
     keys = ["dataset", "horizon", "model"]
     by_gate_rate = compare("ltsf", tracking_uri=uri, by=[*keys, "training.rsa_gate_lr_factor"])
     c = cell(by_gate_rate, "mse", model="rsa_informer", **{"training.rsa_gate_lr_factor": "None"})
+    assert (c["mean"], c["n"]) == (pytest.approx(0.42), 2)
+    by_hold = compare("ltsf", tracking_uri=uri, by=[*keys, "training.lr_hold_epochs"])  # its value before it was logged
+    c = cell(by_hold, "mse", model="rsa_informer", **{"training.lr_hold_epochs": "1"})
     assert (c["mean"], c["n"]) == (pytest.approx(0.42), 2)
     by_gate = compare("ltsf", tracking_uri=uri, by=[*keys, "rsa.gate_init"])
     c = cell(by_gate, "mse", model="rsa_informer", **{"rsa.gate_init": "1.0"})

@@ -1,7 +1,9 @@
 """Informer's training scheme, shared by the LTSF suite and the sktime estimators.
 
-Adam (lr 1e-4) with the learning rate halved after every epoch (Informer's ``lradj='type1'``), at most
-6 epochs, early stopping on the validation loss with patience 3 and the best weights restored, batch
+Adam (lr 1e-4) at the full rate for two epochs, then halved after every epoch: Informer's
+``lradj='type1'`` as Informer2020's training loop applies it (``adjust_learning_rate(optimizer, epoch + 1)``
+after each 0-based epoch sets ``lr * 0.5 ** epoch``, which is the full rate again after the first one);
+at most 6 epochs, early stopping on the validation loss with patience 3 and the best weights restored, batch
 32, MSE loss on scaled data. Evaluation is over every window of a split (no dropped last batch):
 MSE and MAE are means over all windows, steps and series.
 
@@ -33,7 +35,12 @@ class TrainConfig:
     batch_size: int = 32
     learning_rate: float = 1e-4
     lr_decay: float = 0.5
-    """Multiplies the learning rate after every epoch."""
+    """Multiplies the learning rate after every epoch from epoch ``lr_hold_epochs`` on."""
+    lr_hold_epochs: int = 2
+    """Epochs at the full learning rate before the decay starts: epoch e trains at
+    ``learning_rate * lr_decay ** max(0, e - lr_hold_epochs)``. 2 is Informer2020's schedule (its first
+    halving comes after epoch 2); 1 halves after every epoch, recurbench's schedule before this setting
+    existed."""
     patience: int = 3
     """Stop after this many epochs without a better validation loss (the best weights are restored)."""
     max_train_batches: int | None = None
@@ -52,6 +59,9 @@ class TrainConfig:
     gates' can be told apart; None = ``rsa_lr_factor`` for the gates too."""
 
     def __post_init__(self) -> None:
+        hold = self.lr_hold_epochs
+        if isinstance(hold, bool) or not isinstance(hold, int) or hold < 1:
+            raise ValueError(f"TrainConfig.lr_hold_epochs: must be an integer >= 1, got {hold!r}")
         for name in ("rsa_lr_factor", "rsa_gate_lr_factor"):
             value = getattr(self, name)
             if name == "rsa_gate_lr_factor" and value is None:
@@ -170,7 +180,7 @@ def train(
     if cfg.max_train_batches is not None:
         n_batches = min(n_batches, cfg.max_train_batches)
     for epoch in range(1, cfg.epochs + 1):
-        lr = cfg.learning_rate * cfg.lr_decay ** (epoch - 1)
+        lr = cfg.learning_rate * cfg.lr_decay ** max(0, epoch - cfg.lr_hold_epochs)
         for group in optimizer.param_groups:
             group["lr"] = lr * group["lr_factor"]
         model.train()

@@ -91,6 +91,8 @@ class TrainingSettings(StrictModel):
     batch_size: PositiveInt = 32
     learning_rate: float = Field(1e-4, gt=0, allow_inf_nan=False)
     lr_decay: float = Field(0.5, gt=0, le=1)
+    lr_hold_epochs: PositiveInt = 2
+    """Epochs at the full rate before lr_decay applies (TrainConfig.lr_hold_epochs; 2 = Informer2020)."""
     patience: PositiveInt = 3
     max_train_batches: PositiveInt | None = None
     max_val_batches: PositiveInt | None = None
@@ -166,6 +168,11 @@ def _check_windows(data: LTSFData, where: str) -> None:
             )
 
 
+_BEFORE_LOGGED: dict[str, Any] = {"training.lr_hold_epochs": 1}
+"""Settings whose default is not what runs logged before the setting existed did: recurbench halved
+the learning rate after every epoch until ``lr_hold_epochs`` (default 2, Informer2020's loop) came."""
+
+
 class LTSFSuite(SuiteDefinition):
     name = "ltsf"
     profile_model = LTSFProfile
@@ -179,6 +186,7 @@ class LTSFSuite(SuiteDefinition):
         ms, ts = profile.model, profile.training
         training = TrainConfig(
             epochs=ts.epochs, batch_size=ts.batch_size, learning_rate=ts.learning_rate, lr_decay=ts.lr_decay,
+            lr_hold_epochs=ts.lr_hold_epochs,
             patience=ts.patience, max_train_batches=ts.max_train_batches, max_val_batches=ts.max_val_batches,
             rsa_lr_factor=ts.rsa_lr_factor, rsa_gate_lr_factor=ts.rsa_gate_lr_factor,
         )
@@ -241,11 +249,14 @@ class LTSFSuite(SuiteDefinition):
         return plans
 
     def param_defaults(self) -> dict[str, str]:
-        """The dataclass defaults of what a run logs under ``network.``, ``rsa.`` and ``training.``."""
+        """What a run that did not log a param under ``network.``, ``rsa.`` or ``training.`` used: the
+        dataclass default, except where a setting arrived with a default other than the behaviour
+        before it (:data:`_BEFORE_LOGGED`)."""
         from recurbench.tracking import flatten, param_value
 
         sections = {"network": ForecasterConfig, "rsa": RSASpec, "training": TrainConfig}
-        return {k: param_value(v) for k, v in flatten({name: _field_defaults(cls) for name, cls in sections.items()}).items()}
+        defaults = flatten({name: _field_defaults(cls) for name, cls in sections.items()})
+        return {k: param_value(v) for k, v in {**defaults, **_BEFORE_LOGGED}.items()}
 
     # ------------------------------------------------------------------------------------------ run
 
