@@ -36,9 +36,11 @@ def test_probsparse_with_every_query_active_is_softmax_attention(causal):
     torch.testing.assert_close(out, softmax_attention(q, k, v, causal))
 
 
-def informer_probsparse(q, k, v, factor, causal):
+def informer_probsparse(q, k, v, factor, causal, rem=None, gate=None):
     """Informer's ProbSparse written out as its reference does it (sampled keys gathered, the
-    measure and top-u selection on them), [B, T, H, D] layout; draws the same key sample."""
+    measure and top-u selection on them), [B, T, H, D] layout; draws the same key sample. With a dense
+    ``rem`` ``[H, Lq, Lk]`` and ``gate``, each active row i is ``(1 - gate) softmax + gate rem[h, i]``
+    times V (RSA mixed into the attention matrix of the active queries); lazy rows stay unmixed."""
     B, Lq, H, D = q.shape
     Lk = k.shape[1]
     q, k, v = (t.transpose(1, 2) for t in (q, k, v))
@@ -55,7 +57,10 @@ def informer_probsparse(q, k, v, factor, causal):
                 scores = (k[b, h] @ q[b, h, i]) / math.sqrt(D)
                 if causal:
                     scores = scores.masked_fill(torch.arange(Lk) > i, float("-inf"))
-                out[b, h, i] = scores.softmax(-1) @ v[b, h]
+                weights = scores.softmax(-1)
+                if rem is not None:
+                    weights = (1 - gate) * weights + gate * rem[h, i]
+                out[b, h, i] = weights @ v[b, h]
     return out.transpose(1, 2)
 
 
@@ -74,6 +79,36 @@ def test_probsparse_matches_informers_sampled_measure_values_and_gradients(causa
     torch.testing.assert_close(out, ref)
     for g, r in zip(grads, ref_grads, strict=True):
         torch.testing.assert_close(g, r)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_probsparse_mixing_rems_into_active_rows_only_matches_the_written_out_reference(causal):
+    # RSASpec.prob_rows = "active": the REM rows at the active queries' own positions (not the first u
+    # rows) join their softmax weights; the lazy queries keep mean(V) / cumsum(V). Values and gradients
+    # (also of the gate and the REM parameters) against the dense construction.
+    from recurbench.forecasters.layers.rsa import REMHeadConfig, RSAMixer
+    from recurbench.kernels.rem import rem_matrices
+
+    inputs = [torch.randn(2, 30, 4, 3, dtype=torch.float64, requires_grad=True) for _ in range(3)]
+    heads = REMHeadConfig(k=(1, 1, 1, 1, 0, 0), dilations=(3,))
+    mixer = RSAMixer(4, heads, masked=causal, gate_init=0.3).double()
+    params = [mixer.mu, mixer.eta, mixer.nu, mixer.theta]
+    torch.manual_seed(5)
+    out = ProbSparseAttention(factor=1, causal=causal, mixes_active_rows=True)(*inputs, mixer=mixer)
+    grads = torch.autograd.grad((out * out.detach().sin()).sum(), inputs + params)
+    rem = rem_matrices(30, masked=causal, dtype=torch.float64, **{k: v for k, v in mixer._rem_kwargs().items()
+                                                                  if k != "masked"})
+    torch.manual_seed(5)
+    ref = informer_probsparse(*inputs, factor=1, causal=causal, rem=rem, gate=mixer.gate())
+    ref_grads = torch.autograd.grad((ref * ref.detach().sin()).sum(), inputs + params)
+    torch.testing.assert_close(out, ref)
+    for g, r in zip(grads, ref_grads, strict=True):
+        torch.testing.assert_close(g, r)
+    # Lazy rows are the baseline's: with the same draws, ProbSparse alone differs in the active rows only.
+    torch.manual_seed(5)
+    base = ProbSparseAttention(factor=1, causal=causal)(*inputs)
+    changed = (out - base).abs().amax(-1) > 1e-9  # [B, T, H]
+    assert changed.sum(1).tolist() == [[math.ceil(math.log(30))] * 4] * 2  # u = 4 rows per batch and head
 
 
 @pytest.mark.parametrize("n_keys", [12, 13, 40])  # S * D = 12: both branches

@@ -99,6 +99,8 @@ def test_rsa_configuration_errors():
         CFG.with_(rsa=RSASpec(k=(1, 2, 1, 0, 0, 0))).check()
     with pytest.raises(ConfigError, match="distil"):
         CFG.with_(distil=True).check()
+    with pytest.raises(ConfigError, match=r"rsa\.prob_rows: must be one of all, active, got 'top'"):
+        CFG.with_(rsa=RSASpec(k=(4, 0, 0, 0, 0, 0), prob_rows="top")).check()
 
 
 @pytest.mark.parametrize("name", ["informer", "rsa_informer"])

@@ -117,6 +117,8 @@ def test_invalid_rem_heads_fail_before_training(tmp_path, heads, message, data_d
         ("model.dropout=1", r"model\.dropout: Input should be less than 1"),
         ("model.d_model=0", r"model\.d_model: Input should be greater than 0"),
         ("model.local_window=-2", r"model\.local_window: Input should be greater than or equal to 0"),
+        ("model.prob_rows=top", r"model\.prob_rows: Input should be 'all' or 'active'"),
+        ("training.lr_hold_epochs=0", r"training\.lr_hold_epochs: Input should be greater than 0"),
         ("seeds=0", r"profiles\.quick\.seeds: Input should be greater than 0"),
         ("windows.ETTh1.24.seq_len=0", r"windows\.ETTh1\.24\.seq_len: Input should be greater than or equal to 1"),
         ("rem_heads.ETTh1.24.rsa_informer.dilations=[0]", r"rsa_informer\.dilations\.0: Input should be greater than 0"),

@@ -13,6 +13,9 @@ from typing import Any
 
 from recurbench.errors import ConfigError
 
+PROB_ROWS = ("all", "active")
+"""Values of :attr:`RSASpec.prob_rows`."""
+
 
 @dataclass(frozen=True)
 class RSASpec:
@@ -27,6 +30,13 @@ class RSASpec:
     keep_positional: bool = False
     """Keep the absolute / learned relative positional encoding next to the REMs (ablation flag;
     the paper removes it)."""
+    prob_rows: str = "all"
+    """Informer's ProbSparse self-attentions: which query rows get the REM term. ``"all"``: every row,
+    eq. 4 with ProbSparse's output as the baseline A (lazy rows included). ``"active"``: only the top-u
+    active queries, their REM rows gathered at the selected positions (App. D.2); lazy queries keep
+    Informer's mean(V) / cumsum(V) unmixed. That is what mixing the REM into the attention matrix that
+    Informer2020's ``ProbAttention._update_context`` builds for the active queries gives. Other
+    attentions (full, cross, LogSparse, XL) mix every row either way."""
 
     def head_config(self) -> Any:
         """The kernels issue's ``REMHeadConfig`` (its own validation runs here)."""
@@ -36,6 +46,8 @@ class RSASpec:
 
     def check(self, n_heads: int, where: str = "rsa") -> None:
         """Clear errors for a head layout that cannot work, before any model is built."""
+        if self.prob_rows not in PROB_ROWS:
+            raise ConfigError(f"{where}.prob_rows: must be one of {', '.join(PROB_ROWS)}, got {self.prob_rows!r}")
         if len(self.k) != 6 or any(not isinstance(x, int) or x < 0 for x in self.k):
             raise ConfigError(f"{where}.k: need six non-negative head counts (k1..k6), got {list(self.k)}")
         if sum(self.k) != n_heads:

@@ -22,7 +22,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import MISSING, asdict, dataclass, fields
 from functools import lru_cache
 from importlib import resources
-from typing import Any
+from typing import Any, Literal
 
 import torch
 from pydantic import BaseModel, Field, NonNegativeInt, PositiveInt
@@ -84,6 +84,8 @@ class ModelSettings(StrictModel):
     segment_len: PositiveInt | None = None
     gate_init: float = Field(1.0, allow_inf_nan=False)
     keep_positional: bool = False
+    prob_rows: Literal["all", "active"] = "all"
+    """RSA-Informer: REM term on every ProbSparse query row or on the active ones only (RSASpec.prob_rows)."""
 
 
 class TrainingSettings(StrictModel):
@@ -220,6 +222,7 @@ class LTSFSuite(SuiteDefinition):
                         rsa = RSASpec(
                             k=tuple(heads.k), dilations=tuple(heads.dilations),  # type: ignore[arg-type]
                             gate_init=ms.gate_init, keep_positional=ms.keep_positional,
+                            prob_rows=ms.prob_rows,
                         )
                     network = ForecasterConfig(
                         n_features=data.n_features, n_marks=len(data.time_feature_names),

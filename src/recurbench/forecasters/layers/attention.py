@@ -92,14 +92,19 @@ def sampled_scores(q: torch.Tensor, k: torch.Tensor, sample: torch.Tensor) -> to
 
 
 class ProbSparseAttention(nn.Module):
-    """Informer's ProbSparse self-attention (Zhou et al. 2021, Sec. 3.1)."""
+    """Informer's ProbSparse self-attention (Zhou et al. 2021, Sec. 3.1).
 
-    def __init__(self, *, factor: int = 5, causal: bool = False) -> None:
+    ``mixes_active_rows``: an RSA mixer passed to :meth:`forward` mixes the REM term into the active
+    queries' rows only, at their positions; the lazy rows keep mean(V) / cumsum(V)
+    (:attr:`recurbench.forecasters.config.RSASpec.prob_rows` ``"active"``)."""
+
+    def __init__(self, *, factor: int = 5, causal: bool = False, mixes_active_rows: bool = False) -> None:
         super().__init__()
         self.factor = factor
         self.causal = causal
+        self.mixes_active_rows = mixes_active_rows
 
-    def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mixer: Mixer | None = None) -> torch.Tensor:
         B, Lq, H, D = q.shape
         Lk = k.shape[1]
         q, k, v = (t.transpose(1, 2) for t in (q, k, v))  # [B, H, L, D]
@@ -120,6 +125,8 @@ class ProbSparseAttention(nn.Module):
             future = torch.arange(Lk, device=q.device)[None, None, None, :] > top[..., None]
             scores = scores.masked_fill(future, float("-inf"))
         attended = torch.softmax(scores, dim=-1) @ v  # [B, H, u, D]
+        if mixer is not None:  # RSA on the active rows: REM rows at the queries' positions [B, u, H]
+            attended = mixer(attended.transpose(1, 2), v.transpose(1, 2), query_positions=top.transpose(1, 2)).transpose(1, 2)
 
         # Lazy queries: mean of V (encoder), or Informer's cumulative sum of V (masked decoder).
         context = v.cumsum(dim=-2) if self.causal else v.mean(dim=-2, keepdim=True).expand(B, H, Lq, D)
@@ -174,9 +181,12 @@ class AttentionLayer(nn.Module):
         q = self._qk(self.q_proj, queries).view(B, Lq, H, -1)
         k = self._qk(self.k_proj, keys).view(B, Lk, H, -1)
         v = self.v_proj(values).view(B, Lk, H, -1)
-        out = self.attention(q, k, v)  # [B, Lq, H, D]
-        if self.mixer is not None:
-            out = self.mixer(out, v, query_positions=query_positions)
+        if self.mixer is not None and getattr(self.attention, "mixes_active_rows", False):
+            out = self.attention(q, k, v, mixer=self.mixer)  # mixes its active rows itself
+        elif self.mixer is not None:
+            out = self.mixer(self.attention(q, k, v), v, query_positions=query_positions)  # [B, Lq, H, D]
+        else:
+            out = self.attention(q, k, v)
         if self.mix:
             out = out.transpose(1, 2)  # [B, H, Lq, D], then read as Lq rows of H * D values
         return self.out_proj(out.reshape(B, Lq, -1))

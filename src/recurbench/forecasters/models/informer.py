@@ -75,7 +75,9 @@ class Informer(nn.Module):
 
         def self_attention(causal: bool) -> nn.Module:
             if cfg.attention == "prob":
-                return ProbSparseAttention(factor=cfg.factor, causal=causal)
+                return ProbSparseAttention(
+                    factor=cfg.factor, causal=causal, mixes_active_rows=rsa is not None and rsa.prob_rows == "active"
+                )
             return FullAttention(causal=causal, dropout=cfg.dropout)
 
         self.encoder = nn.ModuleList(
