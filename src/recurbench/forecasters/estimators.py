@@ -313,7 +313,8 @@ class TransformerXLForecaster(WindowedTorchForecaster):
 # ------------------------------------------------------------------------------------------ RSA variants
 
 
-_RSA_ONLY = ("rem_heads", "rem_dilations", "gate_init", "rsa_lr_factor", "rsa_gate_lr_factor", "self", "__class__")
+_RSA_ONLY = ("rem_heads", "rem_dilations", "gate_init", "rsa_lr_factor", "rsa_gate_lr_factor", "prob_rows", "self",
+             "__class__")
 
 
 class _RSAMixin:
@@ -335,7 +336,8 @@ class _RSAMixin:
 
     def _rsa(self) -> RSASpec:
         k = tuple(self.rem_heads) if self.rem_heads is not None else (self.n_heads, 0, 0, 0, 0, 0)
-        return RSASpec(k=k, dilations=tuple(self.rem_dilations or ()), gate_init=self.gate_init)  # type: ignore[arg-type]
+        return RSASpec(k=k, dilations=tuple(self.rem_dilations or ()), gate_init=self.gate_init,  # type: ignore[arg-type]
+                       prob_rows=getattr(self, "prob_rows", "all"))
 
     @classmethod
     def _rsa_test_params(cls, params: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -345,7 +347,9 @@ class _RSAMixin:
 
 
 class RSAInformerForecaster(_RSAMixin, InformerForecaster):
-    """Informer with RSA in every attention (REMs instead of the positional encoding).
+    """Informer with RSA in every attention (REMs instead of the positional encoding). ``prob_rows``:
+    the REM term on every ProbSparse query row (``"all"``) or on the active ones only (``"active"``,
+    :attr:`recurbench.forecasters.config.RSASpec.prob_rows`).
 
     Examples
     --------
@@ -366,18 +370,20 @@ class RSAInformerForecaster(_RSAMixin, InformerForecaster):
         learning_rate: float = 1e-4, patience: int = 3, val_size: float = 0.0, random_state: int | None = None,
         factor: int = 5, attention: str = "prob", distil: bool = False, mix: bool = False,
         rem_heads: tuple[int, ...] | None = None, rem_dilations: tuple[int, ...] | None = None, gate_init: float = 1.0,
-        rsa_lr_factor: float = 1.0, rsa_gate_lr_factor: float | None = None,
+        rsa_lr_factor: float = 1.0, rsa_gate_lr_factor: float | None = None, prob_rows: str = "all",
     ) -> None:
         self.rem_heads = rem_heads
         self.rem_dilations = rem_dilations
         self.gate_init = gate_init
         self.rsa_lr_factor = rsa_lr_factor
         self.rsa_gate_lr_factor = rsa_gate_lr_factor
+        self.prob_rows = prob_rows
         super().__init__(**{k: v for k, v in locals().items() if k not in _RSA_ONLY})
 
     @classmethod
     def get_test_params(cls, parameter_set: str = "default") -> list[dict[str, Any]]:
-        return cls._rsa_test_params(super().get_test_params(parameter_set))
+        params = cls._rsa_test_params(super().get_test_params(parameter_set))
+        return [params[0], {**params[1], "prob_rows": "active", "factor": 1}]  # factor 1: 2 of 6 rows active
 
 
 class RSALogSparseForecaster(_RSAMixin, LogSparseForecaster):
