@@ -59,6 +59,17 @@ def test_opting_out_and_glibc_variables_leave_the_allocator_alone(monkeypatch):
     monkeypatch.delenv("RECURBENCH_MALLOC")
     monkeypatch.setenv("MALLOC_TRIM_THRESHOLD_", "1000000")
     assert tune_allocator() is False
+    monkeypatch.delenv("MALLOC_TRIM_THRESHOLD_")
+    monkeypatch.setenv("GLIBC_TUNABLES", "glibc.pthread.rseq=0:glibc.malloc.mmap_threshold=65536")
+    assert tune_allocator() is False
+
+
+def test_only_glibcs_malloc_tunables_count_as_the_users_allocator_settings():
+    from recurbench.runtime import _malloc_tunables
+
+    assert _malloc_tunables("glibc.pthread.rseq=0:glibc.malloc.trim_threshold=1:glibc.malloc.top_pad=0") == [
+        "glibc.malloc.trim_threshold=1", "glibc.malloc.top_pad=0"]
+    assert _malloc_tunables("glibc.pthread.rseq=0") == [] and _malloc_tunables("") == []
 
 
 # SIGTERM arrives while a finalizer runs (a __del__ here; SQLAlchemy's weakref callbacks during garbage

@@ -15,8 +15,8 @@ resident size stays at the process's peak instead of shrinking between steps.
 
 The CLI calls it at start-up; library users can call it themselves. ``RECURBENCH_MALLOC=default`` in
 the environment turns it off, and so does any of glibc's own threshold variables
-(``MALLOC_TRIM_THRESHOLD_``, ``MALLOC_MMAP_THRESHOLD_``, ``MALLOC_TOP_PAD_``, ``MALLOC_MMAP_MAX_``):
-nothing is changed where one is set. (``GLIBC_TUNABLES`` is not read.)
+(``MALLOC_TRIM_THRESHOLD_``, ``MALLOC_MMAP_THRESHOLD_``, ``MALLOC_TOP_PAD_``, ``MALLOC_MMAP_MAX_``)
+or a ``glibc.malloc.*`` entry in ``GLIBC_TUNABLES``: nothing is changed where one is set.
 
 SIGTERM
 -------
@@ -65,13 +65,20 @@ def allocator() -> str:
     return "tuned" if _tuned else "default"
 
 
+def _malloc_tunables(tunables: str) -> list[str]:
+    """The ``glibc.malloc.*`` entries of a ``GLIBC_TUNABLES`` value (``name=value`` pairs joined by
+    ``:``)."""
+    return [entry for entry in tunables.split(":") if entry.strip().startswith("glibc.malloc.")]
+
+
 def tune_allocator() -> bool:
     """Set glibc's mmap and trim thresholds (see the module docstring). Returns whether they were set:
-    False off Linux/glibc, with ``RECURBENCH_MALLOC=default``, or when glibc's own variables are set."""
+    False off Linux/glibc, with ``RECURBENCH_MALLOC=default``, or when glibc's own variables (or its
+    malloc tunables) are set."""
     global _tuned
     if os.environ.get("RECURBENCH_MALLOC", "").strip().lower() == "default":
         return False
-    if any(name in os.environ for name in _GLIBC_VARS):
+    if any(name in os.environ for name in _GLIBC_VARS) or _malloc_tunables(os.environ.get("GLIBC_TUNABLES", "")):
         return False
     if not sys.platform.startswith("linux"):
         return False
