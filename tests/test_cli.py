@@ -119,6 +119,54 @@ def test_first_seed_must_not_be_negative():
     assert "--first-seed must be at least 0, got -1" in str(result.exception)
 
 
+@pytest.mark.parametrize(
+    ("suite", "args", "message"),
+    [
+        ("ltsf", ["--models", "informer,rsa_informer,informer"], "--models.2: model 'informer' is given twice (also --models.0)"),
+        ("ltsf", ["--datasets", "ETTh1", "--datasets", "ETTh1"], "--datasets.1: dataset 'ETTh1' is given twice (also --datasets.0)"),
+        ("ltsf", ["--horizons", "24,48,24"], "--horizons.2: horizon 24 is given twice (also --horizons.0)"),
+        ("minigrid", ["--models", "lstm,lstm"], "--models.1: memory core 'lstm' is given twice (also --models.0)"),
+        ("ltsf", ["--set", "models=[informer,informer]"], "profiles.quick.models: 'informer' is given twice (items 0 and 1)"),
+        ("ltsf", ["--set", "horizons.ETTh1=[24,24]"], "profiles.quick.horizons.ETTh1: 24 is given twice (items 0 and 1)"),
+        ("minigrid", ["--set", "envs=[DoorKey,DoorKey]"], "profiles.quick.envs: 'DoorKey' is given twice (items 0 and 1)"),
+    ],
+)
+def test_a_name_given_twice_is_refused_before_anything_runs(tmp_path, monkeypatch, data_dir, suite, args, message):
+    # Run twice, the same configuration and seed would be counted as two seeds (a std of 0).
+    from recurbench.errors import ConfigError
+
+    monkeypatch.chdir(tmp_path)
+    store = tmp_path / "store.db"
+    result = runner.invoke(app, ["run", suite, *args, "--data-dir", str(data_dir), "--tracking-uri", f"sqlite:///{store}"])
+    assert isinstance(result.exception, ConfigError)
+    assert message in str(result.exception)
+    assert not store.exists()
+
+
+def test_console_errors_print_brackets_as_they_are(tmp_path):
+    # rich reads "[informer,informer]" as a markup tag; the message must keep it.
+    env = {**os.environ, "COLUMNS": "300"}
+    proc = subprocess.run(
+        [sys.executable, "-c", "from recurbench.cli import main; main()", "run", "ltsf", "--set", "models=[informer,informer]",
+         "--tracking-uri", f"sqlite:///{tmp_path / 'store.db'}"],
+        capture_output=True, text=True, env=env, check=False, cwd=tmp_path,
+    )
+    assert proc.returncode == 1
+    assert "(with --set models=[informer,informer])" in proc.stderr
+    assert not (tmp_path / "store.db").exists()
+
+
+def test_tables_show_cells_as_text_not_markup():
+    from rich.console import Console
+
+    from recurbench.cli import _table
+
+    out = Console(width=200, record=True, color_system=None)
+    out.print(_table("[bold]t[/bold]", ["[i]x[/i]"], [["[red]cell[/red] [lstm]"]]))
+    text = out.export_text()
+    assert "[bold]t[/bold]" in text and "[i]x[/i]" in text and "[red]cell[/red] [lstm]" in text
+
+
 def test_a_bad_suite_config_fails_before_the_tracking_store_is_written(tmp_path, monkeypatch):
     # The error names the file and key; neither the store nor results/ is created.
     from importlib import resources

@@ -13,8 +13,10 @@ from typing import Annotated, Any
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
+from rich.text import Text
 
 from recurbench.errors import RecurbenchError
 from recurbench.runtime import handle_termination, tune_allocator
@@ -62,7 +64,7 @@ def main() -> None:
     try:
         app()
     except RecurbenchError as exc:
-        err_console.print(f"[red]error:[/red] {exc}", highlight=False)
+        err_console.print(f"[red]error:[/red] {escape(str(exc))}", highlight=False)
         sys.exit(1)
 
 
@@ -71,11 +73,13 @@ def _print_json(obj: Any) -> None:
 
 
 def _table(title: str, header: list[str], rows: list[list[Any]]) -> Table:
-    table = Table(title=title)
+    """A rich table of plain text: names and values are never read as rich markup (``[informer]``
+    would vanish); a :class:`rich.text.Text` cell keeps its style."""
+    table = Table(title=escape(title))
     for name in header:
-        table.add_column(name)
+        table.add_column(escape(str(name)))
     for row in rows:
-        table.add_row(*(str(cell) for cell in row))
+        table.add_row(*(cell if isinstance(cell, Text) else escape(str(cell)) for cell in row))
     return table
 
 
@@ -155,7 +159,7 @@ def data_list(data_dir: DataDirOpt = None, as_json: JsonOpt = False) -> None:
         items.append({"name": name, "path": path})
     if as_json:
         return _print_json(items)
-    console.print(_table("datasets", ["name", "path"], [[i["name"], i["path"] or "[red]missing[/red]"] for i in items]))
+    console.print(_table("datasets", ["name", "path"], [[i["name"], i["path"] or Text("missing", style="red")] for i in items]))
 
 
 @data_app.command("verify")
@@ -172,7 +176,7 @@ def data_verify(
         _print_json([{**r.__dict__, "path": str(r.path) if r.path else None} for r in results])
     else:
         colour = {"ok": "green", "mismatch": "red", "missing": "yellow"}
-        rows = [[r.name, f"[{colour[r.status]}]{r.status}[/]", r.path or "-", r.message.splitlines()[0] if r.message else ""] for r in results]
+        rows = [[r.name, Text(r.status, style=colour[r.status]), r.path or "-", r.message.splitlines()[0] if r.message else ""] for r in results]
         console.print(_table("sha256 verification", ["name", "status", "path", "detail"], rows))
     bad = [r for r in results if r.status != "ok"]
     if bad:
@@ -192,7 +196,7 @@ def data_fetch(
     for name in chosen:
         with console.status(f"fetching {name}"):
             path = fetch(name, data_dir, force=force)
-        console.print(f"[green]ok[/green] {name} -> {path}")
+        console.print(f"[green]ok[/green] {escape(name)} -> {escape(str(path))}")
 
 
 @data_app.command("info")
@@ -234,7 +238,7 @@ class _RunProgress:
             self.progress.update(task, completed=completed, total=total, description=text)
             if not self.progress.console.is_terminal and text != last[0]:
                 last[0] = text
-                self.progress.console.print(f"{time.strftime('%H:%M:%S')} {text}", highlight=False, soft_wrap=True)
+                self.progress.console.print(f"{time.strftime('%H:%M:%S')} {escape(text)}", highlight=False, soft_wrap=True)
 
         return update
 
@@ -289,7 +293,7 @@ def run_cmd(
         selection["total_timesteps"] = total_timesteps
     tracker = make_tracker(tracking_uri)
     with Progress(
-        TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=console
+        TextColumn("{task.description}", markup=False), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=console
     ) as progress:
         result = run_suite(
             suite, profile, tracker, selection=selection, data_dir=data_dir, config_path=config,
@@ -300,7 +304,7 @@ def run_cmd(
     console.print(f"MLflow parent run: {result.parent_run_id}")
     if result.failed:
         for o in result.failed:
-            err_console.print(f"[red]FAILED[/red] {o.plan.name}: {o.error}")
+            err_console.print(f"[red]FAILED[/red] {escape(o.plan.name)}: {escape(str(o.error))}")
         raise typer.Exit(1)
 
 
@@ -362,7 +366,7 @@ def tune_cmd(
             err_console.print("[yellow]the profile's head layout uses a dilation outside the candidates; not enqueued[/yellow]")
         elif not study.get_trials(deepcopy=False):
             study.enqueue_trial(params, user_attrs={"paper_configuration": True})
-    with console.status(f"study {spec.study_name}: {trials} trials on {workers} worker(s)"):
+    with console.status(f"study {escape(spec.study_name)}: {trials} trials on {workers} worker(s)"):
         result = run_study(spec, objective)
     console.print(_table(f"study {result.study_name}", ["key", "value"], [
         ["storage", result.storage], ["trials", json.dumps(result.counts)], ["best trial", result.best_trial],
@@ -373,7 +377,7 @@ def tune_cmd(
     if best_out and result.best_trial is not None:
         study = load_study(spec, objective.direction)
         write_best_profile(objective, study.best_trial, best_out)
-        console.print(f"best configuration written to {best_out}: recurbench run {suite} --config {best_out} --profile tuned")
+        console.print(escape(f"best configuration written to {best_out}: recurbench run {suite} --config {best_out} --profile tuned"))
 
 
 @app.command("compare")
@@ -399,7 +403,7 @@ def compare_cmd(
     else:
         typer.echo(render(result, fmt), nl=False)
         if fmt == "csv" and len(result.failed):  # keep stdout parseable; say what is not in it
-            err_console.print(f"{len(result.failed)} run(s) did not finish: {', '.join(result.failed['name'])}")
+            err_console.print(escape(f"{len(result.failed)} run(s) did not finish: {', '.join(result.failed['name'])}"))
 
 
 @app.command("report")
@@ -419,9 +423,9 @@ def report_cmd(
         report = write_report(
             suite, out, tracking_uri=tracking_uri, experiment=experiment, profile=profile, fmt=fmt, log_to_mlflow=not no_log
         )
-    console.print(f"report: {report.path} ({len(report.figures)} figures)")
+    console.print(escape(f"report: {report.path} ({len(report.figures)} figures)"))
     for reason in report.omitted:
-        console.print(f"[dim]left out: {reason}[/dim]")
+        console.print(f"[dim]left out: {escape(str(reason))}[/dim]")
     if report.logged_to_run:
         console.print(f"figures logged to MLflow parent run {report.logged_to_run} (artifacts/report)")
 

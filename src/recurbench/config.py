@@ -110,10 +110,40 @@ def parse_overrides(items: Sequence[str]) -> dict[str, Any]:
 
 
 def check_names(values: list[str], known: Mapping[str, Any] | list[str], what: str, where: str) -> None:
-    """Raise a :class:`ConfigError` for the first name in ``values`` that is not in ``known``."""
+    """Raise a :class:`ConfigError` for the first name in ``values`` that is not in ``known``, or that
+    repeats an earlier one (a repeated model would run twice and count as two seeds)."""
     for i, value in enumerate(values):
         if value not in known:
             raise ConfigError(f"{where}.{i}: unknown {what} {value!r}; known: {', '.join(known)}")
+    check_unique(values, what, where)
+
+
+def _first_repeat(values: Sequence[Any]) -> tuple[int, int] | None:
+    """``(first, repeat)`` indices of the first value given twice, or None."""
+    seen: dict[Any, int] = {}
+    for i, value in enumerate(values):
+        if value in seen:
+            return seen[value], i
+        seen[value] = i
+    return None
+
+
+def check_unique(values: Sequence[Any], what: str, where: str) -> None:
+    """Raise a :class:`ConfigError` naming the first value of ``values`` given twice."""
+    if (pair := _first_repeat(values)) is not None:
+        first, i = pair
+        raise ConfigError(f"{where}.{i}: {what} {values[i]!r} is given twice (also {where}.{first})")
+
+
+def _unique(values: list[Any]) -> list[Any]:
+    if (pair := _first_repeat(values)) is not None:
+        first, i = pair
+        raise ValueError(f"{values[i]!r} is given twice (items {first} and {i})")
+    return values
+
+
+Unique = AfterValidator(_unique)
+"""For a list field of a suite profile, ``Annotated[list[X], Unique]``: no item twice."""
 
 
 def known_name(registry: Mapping[str, Any], what: str) -> Any:

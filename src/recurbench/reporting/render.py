@@ -129,18 +129,19 @@ def render(comp: Comparison, fmt: str) -> str:
 
 
 def rich_tables(comp: Comparison) -> list[Any]:
-    """rich renderables for the terminal (multi-line cells)."""
+    """rich renderables for the terminal (multi-line cells; values are escaped, never read as markup)."""
+    from rich.markup import escape
     from rich.table import Table
 
     out: list[Any] = []
     for t in text_tables(comp, sep="\n"):
-        table = Table(title=t.title, show_lines=True)
+        table = Table(title=escape(t.title), show_lines=True)
         for column in t.frame.columns:
-            table.add_column(str(column))
+            table.add_column(escape(str(column)))
         for row in t.frame.itertuples(index=False):
-            table.add_row(*(MISSING if _missing(v) else str(v) for v in row))
+            table.add_row(*(MISSING if _missing(v) else escape(str(v)) for v in row))
         out.append(table)
-    out += [f"[dim]{n}[/dim]" for n in comp.notes]
+    out += [f"[dim]{escape(n)}[/dim]" for n in comp.notes]
     return out
 
 

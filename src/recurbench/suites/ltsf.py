@@ -22,12 +22,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import MISSING, asdict, dataclass, fields
 from functools import lru_cache
 from importlib import resources
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import torch
 from pydantic import BaseModel, Field, NonNegativeInt, PositiveInt
 
-from recurbench.config import StrictModel, known_name
+from recurbench.config import StrictModel, Unique, check_unique, known_name
 from recurbench.data import DATASETS
 from recurbench.data.protocol import LTSFData, WindowSpec, prepare
 from recurbench.errors import ConfigError, DataError
@@ -109,10 +109,10 @@ _Model = known_name(ARCHITECTURES, "model")
 
 
 class LTSFProfile(StrictModel):
-    datasets: list[_Dataset]
-    horizons: dict[_Dataset, list[int]]
+    datasets: Annotated[list[_Dataset], Unique]
+    horizons: dict[_Dataset, Annotated[list[int], Unique]]
     """Horizons per dataset."""
-    models: list[_Model]
+    models: Annotated[list[_Model], Unique]
     seeds: PositiveInt
     model: ModelSettings = ModelSettings()
     training: TrainingSettings = TrainingSettings()
@@ -152,6 +152,7 @@ def _selected_horizons(raw: Sequence[Any]) -> list[int]:
             out.append(int(value))
         except (TypeError, ValueError):
             raise ConfigError(f"--horizons.{i}: not an integer: {value!r}") from None
+    check_unique(out, "horizon", "--horizons")
     return out
 
 

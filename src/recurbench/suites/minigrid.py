@@ -23,11 +23,11 @@ from functools import lru_cache
 from importlib import resources
 from typing import Annotated, Any
 
-from pydantic import AfterValidator, BaseModel, Field
+from pydantic import BaseModel, Field
 
 from recurbench.agents import CORES
 from recurbench.agents.training import CoreSettings, PPOSettings
-from recurbench.config import StrictModel
+from recurbench.config import StrictModel, Unique, known_name
 from recurbench.envs import ENV_PAIRS
 from recurbench.errors import ConfigError
 from recurbench.suites.runner import (
@@ -41,18 +41,9 @@ from recurbench.suites.runner import (
 from recurbench.tracking import RunHandle
 
 
-def _known(registry: Mapping[str, Any], what: str):
-    def check(value: str) -> str:
-        if value not in registry:
-            raise ValueError(f"unknown {what} {value!r}; known: {', '.join(registry)}")
-        return value
-
-    return AfterValidator(check)
-
-
 class MinigridProfile(StrictModel):
-    envs: list[Annotated[str, _known(ENV_PAIRS, "env pair")]] = Field(min_length=1)
-    models: list[Annotated[str, _known(CORES, "memory core")]] = Field(min_length=1)
+    envs: Annotated[list[known_name(ENV_PAIRS, "env pair")], Unique] = Field(min_length=1)
+    models: Annotated[list[known_name(CORES, "memory core")], Unique] = Field(min_length=1)
     seeds: int = Field(1, ge=1)
     total_timesteps: int = Field(ge=1, description="environment steps of training per run")
     eval_episodes: int = Field(100, ge=1, description="episodes on the train env and on the test env")
