@@ -187,6 +187,14 @@ def test_by_profile_and_reference_options(store):
     assert "paper" not in plain.cells and "paper" not in render(plain, "markdown").split("###")[1]
 
 
+def test_a_by_key_given_twice_is_refused_before_the_store_is_read(tmp_path):
+    # pandas would fail on the doubled column ("Grouper for 'model' not 1-dimensional").
+    store = tmp_path / "never.db"
+    with pytest.raises(ConfigError, match=r"^--by\.3: key 'model' is given twice \(also --by\.2\)$"):
+        compare("ltsf", tracking_uri=f"sqlite:///{store}", by=["dataset", "horizon", "model", "model"])
+    assert not store.exists()
+
+
 def test_output_formats(ltsf):
     csv = pd.read_csv(io.StringIO(render(ltsf, "csv")))
     assert list(csv.columns) == ["dataset", "horizon", "model", "metric", "mean", "std", "n", "paper", "paper_std", "diff"]

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
+from recurbench.config import check_unique
 from recurbench.errors import ConfigError, RecurbenchError
 from recurbench.reporting.reference import (
     LTSF_DATASET_ORDER,
@@ -97,6 +98,8 @@ def compare(
 ) -> Comparison:
     """Read the suite's runs from MLflow and compare them (see the module docstring)."""
     spec = layout(suite)
+    if by:
+        check_unique(list(by), "key", "--by")  # before the store is read
     if reference not in REFERENCES:
         raise ConfigError(f"unknown reference {reference!r}; choose one of: {', '.join(REFERENCES)}")
     # --by keys join the configuration, so that grouping by a param (a variant) also keeps its runs.
@@ -107,6 +110,8 @@ def compare(
 
 def compare_runs(runs: SuiteRuns, *, reference: str = "paper", by: Sequence[str] | None = None) -> Comparison:
     spec = layout(runs.suite)
+    if by:
+        check_unique(list(by), "key", "--by")
     failed = failed_frame(runs.unfinished, spec)
     if not runs.finished:
         raise RecurbenchError(
