@@ -107,6 +107,26 @@ def test_bench_rsa_rejects_fewer_than_one_pair():
     assert "--repeats must be at least 1, got 0" in str(result.exception)
 
 
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["bench", "rem", "--seq-len", "0"], "--seq-len must be at least 1, got 0"),
+        (["bench", "rem", "--heads", "0"], "--heads must be at least 1, got 0"),
+        (["bench", "rem", "--batch", "-1"], "--batch must be at least 1, got -1"),
+        (["bench", "rsa", "--head-dim", "0"], "--head-dim must be at least 1, got 0"),
+        (["bench", "rsa", "--threads", "0"], "--threads must be at least 1, got 0"),
+        (["bench", "forecast", "--threads", "0"], "--threads must be at least 1, got 0"),
+        (["bench", "rl", "--n-envs", "0"], "--n-envs must be at least 1, got 0"),
+        (["run", "ltsf", "--seeds", "0"], "--seeds must be at least 1, got 0"),
+    ],
+)
+def test_sizes_below_their_minimum_are_refused_by_flag(args, message):
+    # These reached torch before (a RuntimeError traceback about a reshape or set_num_threads).
+    result = runner.invoke(app, args)
+    assert isinstance(result.exception, RecurbenchError)
+    assert str(result.exception) == message
+
+
 def test_total_timesteps_is_minigrid_only():
     result = runner.invoke(app, ["run", "ltsf", "--total-timesteps", "1000"])
     assert isinstance(result.exception, RecurbenchError)

@@ -83,6 +83,13 @@ def _table(title: str, header: list[str], rows: list[list[Any]]) -> Table:
     return table
 
 
+def _at_least(minimum: int, **options: int | None) -> None:
+    """Refuse a numeric option below ``minimum`` by its flag (``seq_len`` is ``--seq-len``); None = not given."""
+    for name, value in options.items():
+        if value is not None and value < minimum:
+            raise RecurbenchError(f"--{name.replace('_', '-')} must be at least {minimum}, got {value}")
+
+
 def _split_csv(values: list[str] | None) -> list[str] | None:
     """Options given as repeated flags and/or comma-separated lists."""
     if not values:
@@ -277,19 +284,16 @@ def run_cmd(
     for key, value in (("datasets", datasets), ("horizons", horizons), ("models", models), ("envs", envs)):
         if (items := _split_csv(value)) is not None:
             selection[key] = items
+    _at_least(1, seeds=seeds)
+    _at_least(0, first_seed=first_seed)
     if seeds is not None:
-        if seeds < 1:
-            raise RecurbenchError(f"--seeds must be at least 1, got {seeds}")
         selection["seeds"] = seeds
-    if first_seed < 0:
-        raise RecurbenchError(f"--first-seed must be at least 0, got {first_seed}")
     if first_seed:
         selection["first_seed"] = first_seed
     if total_timesteps is not None:
         if suite != "minigrid":
             raise RecurbenchError(f"--total-timesteps applies to the minigrid suite, not {suite!r}")
-        if total_timesteps < 1:
-            raise RecurbenchError(f"--total-timesteps must be at least 1, got {total_timesteps}")
+        _at_least(1, total_timesteps=total_timesteps)
         selection["total_timesteps"] = total_timesteps
     tracker = make_tracker(tracking_uri)
     with Progress(
@@ -445,6 +449,7 @@ def bench_rem_cmd(
     """REM operator: dense (paper, App. D.1) vs the default path (chunked on CPU, Triton on CUDA)."""
     from recurbench.kernels.rem.bench import bench_rem, bench_rem_sweep
 
+    _at_least(1, seq_len=seq_len, heads=heads, head_dim=head_dim, batch=batch, repeats=repeats, threads=threads)
     kw = dict(heads=heads, head_dim=head_dim, batch=batch, masked=masked, repeats=repeats, threads=threads)
     result: dict[str, Any] = bench_rem(seq_len, **kw)
     if sweep:
@@ -488,8 +493,7 @@ def bench_rsa_cmd(
         raise RecurbenchError(f"--impl must be one of {', '.join(IMPLS)}, got {impl!r}")
     if attention not in BASELINE_ATTENTIONS:
         raise RecurbenchError(f"--attention must be one of {', '.join(BASELINE_ATTENTIONS)}, got {attention!r}")
-    if repeats < 1:
-        raise RecurbenchError(f"--repeats must be at least 1, got {repeats}")
+    _at_least(1, seq_len=seq_len, heads=heads, head_dim=head_dim, batch=batch, repeats=repeats, threads=threads)
     result = bench_rsa(seq_len, heads, head_dim, batch, k1_k6=k1_k6, dilations=dilations, causal=causal,
                        attention=attention, impl=impl, pairs=repeats, threads=threads)
     if as_json:
@@ -513,6 +517,7 @@ def bench_forecast_cmd(
     """Seconds per training epoch of Informer on ETTh1 (paper settings: batch 32, d_model 512)."""
     from recurbench.forecasters.bench import bench_forecast
 
+    _at_least(1, max_batches=max_batches, threads=threads)
     result = bench_forecast(
         model=model, dataset=dataset, horizon=horizon, max_batches=max_batches, threads=threads, data_dir=data_dir
     )
@@ -544,8 +549,8 @@ def bench_rl_cmd(
 
     chosen = _split_csv(cores) or list(CORES)
     check_names(chosen, CORES, "memory core", "--cores")
-    if total_steps < 1:
-        raise RecurbenchError(f"--total-steps must be at least 1, got {total_steps}")
+    _at_least(1, total_steps=total_steps, n_envs=n_envs, n_steps=n_steps, batch_size=batch_size, n_epochs=n_epochs,
+              hidden_size=hidden_size, threads=threads)
     settings = BenchSettings(env_id=env_id, n_envs=n_envs, n_steps=n_steps, batch_size=batch_size, n_epochs=n_epochs,
                              total_steps=total_steps, hidden_size=hidden_size, threads=threads)
     with console.status("benchmarking") as status:
