@@ -13,5 +13,6 @@ class DataError(RecurbenchError):
     """A dataset file is missing, corrupt, malformed or too short for the requested windows."""
 
 
-class ConfigError(RecurbenchError):
-    """A suite/config file or a command-line choice is invalid."""
+class ConfigError(RecurbenchError, ValueError):
+    """A suite/config file, a command-line choice or an estimator's hyperparameter is invalid (also a
+    ``ValueError``, what scikit-learn-style code expects of a bad parameter)."""

@@ -9,7 +9,7 @@ from sktime.forecasting.model_evaluation import evaluate as sktime_evaluate
 from sktime.split import ExpandingWindowSplitter
 from sktime.utils.estimator_checks import parametrize_with_checks
 
-from recurbench.forecasters.estimators import ESTIMATORS, InformerForecaster, RSAInformerForecaster
+from recurbench.forecasters.estimators import ESTIMATORS, InformerForecaster, LogSparseForecaster, RSAInformerForecaster
 
 
 @pytest.mark.sktime_conformance
@@ -74,3 +74,57 @@ def test_rsa_lr_factor_reaches_the_gates():
     # rsa_gate_lr_factor holds the gates back while the REM parameters keep the fast rate
     held = gates(30.0, gate_factor=1.0)
     assert (np.abs(fast - 1.0) > 5 * np.abs(held - 1.0)).all()
+
+
+@pytest.mark.parametrize(
+    ("cls", "params", "message"),
+    [
+        (InformerForecaster, {"seq_len": 0}, "InformerForecaster: seq_len must be an integer >= 1, got 0"),
+        (InformerForecaster, {"seq_len": 24.0}, "InformerForecaster: seq_len must be an integer >= 1, got 24.0"),
+        (InformerForecaster, {"label_len": 60}, "InformerForecaster: label_len (60) must not exceed seq_len (48)"),
+        (InformerForecaster, {"max_epochs": 0}, "InformerForecaster: max_epochs must be an integer >= 1, got 0"),
+        (InformerForecaster, {"batch_size": 0}, "InformerForecaster: batch_size must be an integer >= 1, got 0"),
+        (InformerForecaster, {"patience": 0}, "InformerForecaster: patience must be an integer >= 1, got 0"),
+        (InformerForecaster, {"learning_rate": -1.0}, "InformerForecaster: learning_rate must be a number in (0, inf), got -1.0"),
+        (InformerForecaster, {"learning_rate": float("nan")}, "InformerForecaster: learning_rate must be a number in (0, inf), got nan"),
+        (InformerForecaster, {"dropout": 1.5}, "InformerForecaster: dropout must be a number in [0, 1), got 1.5"),
+        (InformerForecaster, {"val_size": 1.0}, "InformerForecaster: val_size must be a number in [0, 1), got 1.0"),
+        (InformerForecaster, {"factor": 0}, "InformerForecaster: factor must be at least 1, got 0"),
+        (LogSparseForecaster, {"conv_kernel": 0}, "LogSparseForecaster: conv_kernel must be at least 1, got 0"),
+        (LogSparseForecaster, {"local_window": -1}, "LogSparseForecaster: local_window must be at least 0, got -1"),
+        (RSAInformerForecaster, {"rem_heads": (2, 0, 0, 0, 0, 0), "gate_init": float("nan")},
+         "RSAInformerForecaster: rsa.gate_init: must be a finite number, got nan"),
+        (RSAInformerForecaster, {"rem_heads": (2, 0, 0, 0, 0, 0), "rsa_lr_factor": 0.0},
+         "RSAInformerForecaster: TrainConfig.rsa_lr_factor: must be a positive number, got 0.0"),
+    ],
+)
+def test_a_bad_hyperparameter_is_refused_by_name_before_training(cls, params, message):
+    # Several of these used to train anyway (seq_len 0 ran as 1, a NaN gate gave NaN losses, val_size 1.5
+    # validated on nothing) or failed deep in torch (batch_size 0: a ZeroDivisionError).
+    f = cls(**{**TINY, "max_epochs": 1, **params})
+    with pytest.raises(ValueError) as info:
+        f.fit(hourly_frame(120), fh=[1, 2])
+    assert str(info.value) == message
+    assert not hasattr(f, "network_")
+
+
+def test_update_moves_the_input_window_without_storing_the_series():
+    # The estimators keep only their input window (sktime's remember_data off: no FutureWarning per
+    # instance, and nothing breaks when sktime 1.3 stops storing _y by default).
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", FutureWarning)
+        f = InformerForecaster(**TINY, max_epochs=1)
+    y = hourly_frame(160)
+    f.fit(y.iloc[:130], fh=[1, 2])
+    before = f.predict()
+    f.update(y.iloc[130:135])
+    f.update(y.iloc[133:140])  # overlapping rows are replaced, not repeated
+    after = f.predict()
+    assert list(after.index) == list(y.index[140:142]) and not after.equals(before)
+    pd.testing.assert_frame_equal(f.history_, y.iloc[140 - 48:140])
+    g = InformerForecaster(**TINY, max_epochs=1).fit(y.iloc[:130], fh=[1, 2])
+    g.update(y.iloc[130:140])
+    pd.testing.assert_frame_equal(g.predict(), after)
+    assert getattr(f, "_y", None) is None

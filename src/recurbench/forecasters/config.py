@@ -8,6 +8,7 @@ dilated cos, dilated sin) and one dilation per dilated head, regular heads first
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -48,6 +49,8 @@ class RSASpec:
         """Clear errors for a head layout that cannot work, before any model is built."""
         if self.prob_rows not in PROB_ROWS:
             raise ConfigError(f"{where}.prob_rows: must be one of {', '.join(PROB_ROWS)}, got {self.prob_rows!r}")
+        if isinstance(self.gate_init, bool) or not isinstance(self.gate_init, (int, float)) or not math.isfinite(self.gate_init):
+            raise ConfigError(f"{where}.gate_init: must be a finite number, got {self.gate_init!r}")
         if len(self.k) != 6 or any(not isinstance(x, int) or x < 0 for x in self.k):
             raise ConfigError(f"{where}.k: need six non-negative head counts (k1..k6), got {list(self.k)}")
         if sum(self.k) != n_heads:
@@ -69,6 +72,14 @@ class RSASpec:
             pass
         except (ConfigError, ValueError, TypeError) as exc:
             raise ConfigError(f"{where}: invalid REM head configuration: {exc}") from None
+
+
+_MINIMUMS = {
+    "n_features": 1, "seq_len": 1, "pred_len": 1, "d_model": 1, "n_heads": 1, "d_ff": 1, "e_layers": 1,
+    "d_layers": 1, "factor": 1, "conv_kernel": 1, "local_window": 0, "segment_len": 1,
+}
+"""The smallest value of each integer field of :class:`ForecasterConfig` (None allowed where the field is
+optional)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -113,17 +124,18 @@ class ForecasterConfig:
         return replace(self, **changes)
 
     def check(self) -> None:
-        for key in ("n_features", "seq_len", "pred_len", "d_model", "n_heads", "d_ff", "e_layers"):
-            if getattr(self, key) < 1:
-                raise ConfigError(f"{key} must be at least 1, got {getattr(self, key)}")
+        for key, minimum in _MINIMUMS.items():
+            value = getattr(self, key)
+            if value is not None and value < minimum:
+                raise ConfigError(f"{key} must be at least {minimum}, got {value}")
+        if not 0 <= self.dropout < 1:
+            raise ConfigError(f"dropout must be in [0, 1), got {self.dropout}")
         if self.d_model % self.n_heads:
             raise ConfigError(f"d_model ({self.d_model}) must be divisible by n_heads ({self.n_heads})")
         if not 0 <= self.label_len <= self.seq_len:
             raise ConfigError(f"label_len ({self.label_len}) must be in [0, seq_len={self.seq_len}]")
         if self.attention not in ("prob", "full"):
             raise ConfigError(f"attention must be 'prob' or 'full', got {self.attention!r}")
-        if self.segment_len is not None and self.segment_len < 1:
-            raise ConfigError(f"segment_len must be at least 1, got {self.segment_len}")
         if self.rsa is not None:
             self.rsa.check(self.n_heads)
             if self.distil:

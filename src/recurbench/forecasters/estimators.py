@@ -14,6 +14,7 @@ than ``seq_len + max(fh)`` is handled by shortening the input window to what the
 
 from __future__ import annotations
 
+import math
 import warnings
 from typing import Any, ClassVar
 
@@ -23,6 +24,7 @@ import torch
 from sktime.forecasting.base import BaseForecaster, ForecastingHorizon
 
 from recurbench.data.protocol import StandardScaler, time_features
+from recurbench.errors import ConfigError
 from recurbench.forecasters.config import ForecasterConfig, RSASpec
 from recurbench.forecasters.models import build_network
 from recurbench.forecasters.training import TrainConfig, train
@@ -61,6 +63,13 @@ def _calendar(index: pd.Index) -> np.ndarray:
     return np.zeros((len(index), 0), dtype=np.float32)
 
 
+_MINIMUMS = {
+    "seq_len": 1, "label_len": 0, "d_model": 1, "n_heads": 1, "e_layers": 1, "d_layers": 1, "d_ff": 1,
+    "max_epochs": 1, "batch_size": 1, "patience": 1,
+}
+"""The smallest value of each integer hyperparameter every estimator has."""
+
+
 class WindowedTorchForecaster(BaseForecaster):
     """Adapter base: windowing, scaling, training and prediction for one network (see module doc)."""
 
@@ -78,6 +87,9 @@ class WindowedTorchForecaster(BaseForecaster):
         "fit_is_empty": False,
         "capability:random_state": True,
     }
+    # The estimators keep only the input window they forecast from (``history_``), so sktime need not
+    # store the whole series in ``_y`` (its default until 1.3.0, with a FutureWarning on every instance).
+    _config: ClassVar[dict[str, Any]] = {"remember_data": False}
 
     model_name: ClassVar[str]
     _COMMON = (
@@ -122,7 +134,26 @@ class WindowedTorchForecaster(BaseForecaster):
     def _seed(self) -> int:
         return 0 if self.random_state is None else int(self.random_state)
 
+    def _check_params(self) -> None:
+        """Refuse a hyperparameter that cannot work, by its name, before anything is fitted (the network's
+        own fields are checked again by :meth:`ForecasterConfig.check`, the training's by ``TrainConfig``)."""
+        name = type(self).__name__
+        for param, minimum in _MINIMUMS.items():
+            value = getattr(self, param)
+            if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
+                raise ConfigError(f"{name}: {param} must be an integer >= {minimum}, got {value!r}")
+        if self.label_len > self.seq_len:
+            raise ConfigError(f"{name}: label_len ({self.label_len}) must not exceed seq_len ({self.seq_len})")
+        for param, low, high, closed in (("learning_rate", 0.0, math.inf, False), ("dropout", 0.0, 1.0, True),
+                                         ("val_size", 0.0, 1.0, True)):
+            value = getattr(self, param)
+            number = isinstance(value, (int, float, np.floating)) and not isinstance(value, bool)
+            if not number or not ((low <= value if closed else low < value) and value < high) or math.isnan(value):
+                interval = f"{'[' if closed else '('}{low:g}, {high:g})"
+                raise ConfigError(f"{name}: {param} must be a number in {interval}, got {value!r}")
+
     def _fit(self, y: pd.DataFrame, X: pd.DataFrame | None = None, fh: ForecastingHorizon | None = None):
+        self._check_params()
         steps = fh.to_relative(self.cutoff)
         pred_len = int(max(steps))
         n = len(y)
@@ -140,6 +171,7 @@ class WindowedTorchForecaster(BaseForecaster):
                 f"{pred_len}; using seq_len={seq_len}", stacklevel=2,
             )
         self.seq_len_ = seq_len
+        self.history_ = y.iloc[-seq_len:]
         self.label_len_ = min(self.label_len, seq_len)
         self.pred_len_ = pred_len
         values = y.to_numpy(dtype=np.float64)
@@ -151,6 +183,14 @@ class WindowedTorchForecaster(BaseForecaster):
             pred_len=pred_len, d_model=self.d_model, n_heads=self.n_heads, e_layers=self.e_layers,
             d_layers=self.d_layers, d_ff=self.d_ff, dropout=self.dropout, rsa=self._rsa(), **self._architecture(),
         )
+        try:
+            cfg.check()
+            train_cfg = TrainConfig(
+                epochs=self.max_epochs, batch_size=self.batch_size, learning_rate=self.learning_rate,
+                patience=self.patience, **self._training(),
+            )
+        except ValueError as exc:  # ConfigError is one too
+            raise ConfigError(f"{type(self).__name__}: {exc}") from None
         window = (seq_len, self.label_len_, pred_len)
         train_set = _ArrayWindows(scaled[:n_train], marks[:n_train], *window)
         # Validation windows start seq_len early so that their first input is complete (as the protocol).
@@ -160,15 +200,11 @@ class WindowedTorchForecaster(BaseForecaster):
             torch.manual_seed(self._seed())
             self.network_ = build_network(self.model_name, cfg)
             generator = torch.Generator().manual_seed(self._seed())
-            train_cfg = TrainConfig(
-                epochs=self.max_epochs, batch_size=self.batch_size, learning_rate=self.learning_rate,
-                patience=self.patience, **self._training(),
-            )
             self.training_ = train(self.network_, train_set, val_set, pred_len, train_cfg, generator=generator)
         return self
 
     def _predict(self, fh: ForecastingHorizon, X: pd.DataFrame | None = None) -> pd.DataFrame:
-        y = self._y
+        y = self.history_
         steps = np.asarray(fh.to_relative(self.cutoff), dtype=int)
         if steps.max() > self.pred_len_:
             raise ValueError(
@@ -193,7 +229,9 @@ class WindowedTorchForecaster(BaseForecaster):
         return pd.DataFrame(forecast, index=fh.to_absolute_index(self.cutoff), columns=y.columns)
 
     def _update(self, y: pd.DataFrame, X: pd.DataFrame | None = None, update_params: bool = True):
-        # New observations only move the cutoff; the network is not retrained (sktime stores y in _y).
+        # New observations move the cutoff and the input window; the network is not retrained.
+        known = self.history_[~self.history_.index.isin(y.index)]
+        self.history_ = pd.concat([known, y]).sort_index().iloc[-self.seq_len_ :]
         return self
 
     @classmethod

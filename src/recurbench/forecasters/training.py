@@ -59,9 +59,19 @@ class TrainConfig:
     gates' can be told apart; None = ``rsa_lr_factor`` for the gates too."""
 
     def __post_init__(self) -> None:
-        hold = self.lr_hold_epochs
-        if isinstance(hold, bool) or not isinstance(hold, int) or hold < 1:
-            raise ValueError(f"TrainConfig.lr_hold_epochs: must be an integer >= 1, got {hold!r}")
+        for name in ("epochs", "batch_size", "lr_hold_epochs", "patience", "max_train_batches", "max_val_batches",
+                     "eval_batch_size"):
+            value = getattr(self, name)
+            if value is None and name.startswith("max_"):
+                continue
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"TrainConfig.{name}: must be an integer >= 1, got {value!r}")
+        lr = self.learning_rate
+        if isinstance(lr, bool) or not isinstance(lr, (int, float)) or not (lr > 0 and math.isfinite(lr)):
+            raise ValueError(f"TrainConfig.learning_rate: must be a positive number, got {lr!r}")
+        decay = self.lr_decay
+        if isinstance(decay, bool) or not isinstance(decay, (int, float)) or not 0 < decay <= 1:
+            raise ValueError(f"TrainConfig.lr_decay: must be in (0, 1], got {decay!r}")
         for name in ("rsa_lr_factor", "rsa_gate_lr_factor"):
             value = getattr(self, name)
             if name == "rsa_gate_lr_factor" and value is None:
