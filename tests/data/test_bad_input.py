@@ -54,6 +54,12 @@ def test_bad_cells_name_line_and_column(tmp_path, bad_cell, pattern):
     _expect(_write(tmp_path, lines), pattern)
 
 
+@pytest.mark.parametrize("header", ["date,a,b,a\n", "date, a, b, a\n"])
+def test_a_repeated_column_name_is_refused(tmp_path, header):
+    # pandas would read the second 'a' as 'a.1' and carry on with a column the file does not name.
+    _expect(_write(tmp_path, _rows(6), header=header), r"line 1, column 4: the name 'a' repeats column 2$")
+
+
 def test_short_row_is_a_missing_cell(tmp_path):
     lines = _rows(6)
     lines[2] = ",".join(lines[2].split(",")[:3])

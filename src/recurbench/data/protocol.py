@@ -90,13 +90,19 @@ def _where(path: Path, data_row: int, column: str | None = None) -> str:
 
 
 def _check_row_lengths(path: Path) -> None:
-    """Every row must have the header's number of fields (pandas would silently pad short rows)."""
+    """Every row must have the header's number of fields (pandas would silently pad short rows), and
+    no column name may repeat (pandas would silently rename the second ``x`` to ``x.1``)."""
     try:
         with open(path, newline="", encoding="utf-8") as fh:
-            reader = csv.reader(fh)
+            reader = csv.reader(fh, skipinitialspace=True)
             header = next(reader, None)
             if header is None:
                 raise DataError(f"{path}: the file is empty")
+            seen: dict[str, int] = {}
+            for i, name in enumerate(header, start=1):
+                if name in seen:
+                    raise DataError(f"{path}: line 1, column {i}: the name {name!r} repeats column {seen[name]}")
+                seen[name] = i
             for line_no, row in enumerate(reader, start=2):
                 if len(row) != len(header) and row:
                     where = f"{path}: line {line_no} (data row {line_no - 1})"
@@ -131,9 +137,6 @@ def read_series(path: str | os.PathLike[str], target: str | None = None) -> Seri
         raise DataError(
             f"{path}: no '{DATE_COLUMN}' column; the header has {', '.join(map(repr, raw.columns))}"
         )
-    dupes = raw.columns[raw.columns.duplicated()].tolist()
-    if dupes:
-        raise DataError(f"{path}: duplicated column name(s) in the header: {', '.join(map(repr, dupes))}")
     value_columns = [c for c in raw.columns if c != DATE_COLUMN]
     if not value_columns:
         raise DataError(f"{path}: no value columns besides '{DATE_COLUMN}'")
