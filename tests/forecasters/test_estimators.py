@@ -9,7 +9,12 @@ from sktime.forecasting.model_evaluation import evaluate as sktime_evaluate
 from sktime.split import ExpandingWindowSplitter
 from sktime.utils.estimator_checks import parametrize_with_checks
 
-from recurbench.forecasters.estimators import ESTIMATORS, InformerForecaster, LogSparseForecaster, RSAInformerForecaster
+from recurbench.forecasters.estimators import (
+    ESTIMATORS,
+    InformerForecaster,
+    LogSparseForecaster,
+    RSAInformerForecaster,
+)
 
 
 @pytest.mark.sktime_conformance

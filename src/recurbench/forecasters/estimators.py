@@ -117,6 +117,9 @@ class WindowedTorchForecaster(BaseForecaster):
         self.val_size = val_size
         self.random_state = random_state
         super().__init__()
+        # sktime (1.2) creates these only when remember_data is on at construction; a later
+        # set_config(remember_data=True) then expects them to exist.
+        self._y = self._X = None
 
     # -- what subclasses add -------------------------------------------------------------------------
     def _architecture(self) -> dict[str, Any]:
