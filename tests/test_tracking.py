@@ -105,3 +105,16 @@ def test_sigterm_ends_the_runs_in_progress_killed(tmp_path):
     status = {r.info.run_name: (r.info.status, r.data.tags.get("error")) for r in runs}
     assert status["GoToObject-lstm-s0"] == ("KILLED", f"KeyboardInterrupt: terminated by signal {signal.SIGTERM.value}")
     assert status["minigrid-quick"][0] == "KILLED"
+
+
+def test_a_tracking_uri_mlflow_cannot_serve_is_a_config_error_with_the_password_hidden():
+    from recurbench.errors import ConfigError
+    from recurbench.tracking import MlflowTracker, mlflow_client, redact_uri
+
+    with pytest.raises(ConfigError, match=r"^tracking URI 'foo://bar': .*unsupported URI 'foo://bar'"):
+        MlflowTracker("foo://bar").experiment_id("x")
+    assert redact_uri("postgresql://user:secret@db:5432/mlflow") == "postgresql://user:***@db:5432/mlflow"
+    assert redact_uri("sqlite:////tmp/x.db") == "sqlite:////tmp/x.db"
+    with pytest.raises(ConfigError) as info:
+        mlflow_client("foo://user:secret@host/x")
+    assert "secret" not in str(info.value) and "foo://user:***@host/x" in str(info.value)

@@ -187,7 +187,7 @@ def data_verify(
         console.print(_table("sha256 verification", ["name", "status", "path", "detail"], rows))
     bad = [r for r in results if r.status != "ok"]
     if bad:
-        raise RecurbenchError("; ".join(r.message.splitlines()[0] for r in bad))
+        raise RecurbenchError("; ".join(dict.fromkeys(r.message.splitlines()[0] for r in bad)))
 
 
 @data_app.command("fetch")

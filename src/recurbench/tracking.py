@@ -18,6 +18,7 @@ from __future__ import annotations
 import functools
 import json
 import os
+import re
 import subprocess
 import tempfile
 import time
@@ -30,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 import recurbench
+from recurbench.errors import ConfigError
 from recurbench.runtime import allocator
 
 RESULTS_DIR = Path("results")
@@ -223,6 +225,24 @@ def resolve_tracking_uri(uri: str | None = None) -> str:
     return uri or os.environ.get("MLFLOW_TRACKING_URI") or DEFAULT_TRACKING_URI
 
 
+def mlflow_client(uri: str) -> Any:
+    """``MlflowClient(uri)``; a URI MLflow cannot serve (an unknown scheme, a missing driver) is a
+    :class:`ConfigError` naming it instead of MLflow's traceback."""
+    from mlflow.exceptions import MlflowException
+    from mlflow.tracking import MlflowClient
+
+    try:
+        return MlflowClient(tracking_uri=uri)
+    except (MlflowException, ImportError) as exc:
+        shown = redact_uri(uri)
+        raise ConfigError(f"tracking URI {shown!r}: {str(exc).strip().replace(uri, shown)}") from None
+
+
+def redact_uri(uri: str) -> str:
+    """``uri`` with the password of its ``user:password@`` part replaced by ``***`` (for messages)."""
+    return re.sub(r"(//[^/@:]*):[^/@]*@", r"\1:***@", uri, count=1)
+
+
 class MlflowRun(RunHandle):
     def __init__(self, client: Any, run_id: str) -> None:
         self.client = client
@@ -272,11 +292,9 @@ class MlflowTracker(Tracker):
 
     @functools.cached_property
     def client(self) -> Any:
-        from mlflow.tracking import MlflowClient
-
         if self.tracking_uri == DEFAULT_TRACKING_URI:
             RESULTS_DIR.mkdir(parents=True, exist_ok=True)
-        return MlflowClient(tracking_uri=self.tracking_uri)
+        return mlflow_client(self.tracking_uri)
 
     def experiment_id(self, experiment: str) -> str:
         if experiment not in self._experiments:

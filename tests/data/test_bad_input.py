@@ -121,6 +121,7 @@ def test_window_spec_rejects_label_longer_than_input():
 def test_a_missing_registered_dataset_says_where_it_looked_and_how_to_get_it(tmp_path, monkeypatch):
     monkeypatch.setenv("RECURBENCH_DATA", str(tmp_path / "env"))
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    (tmp_path / "explicit").mkdir()
     with pytest.raises(DataError) as info:
         prepare("ETTh2", WindowSpec(96, 48, 24), data_dir=tmp_path / "explicit")
     message = str(info.value)

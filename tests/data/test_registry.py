@@ -30,6 +30,20 @@ def test_location_order_data_dir_then_env_then_cache(tmp_path, monkeypatch):
     assert registry.locate("ETTh1", tmp_path / "explicit") == tmp_path / "explicit/ETTh1.csv"
 
 
+def test_an_explicit_data_dir_that_does_not_exist_is_an_error_not_a_fall_through(tmp_path, monkeypatch):
+    # A typo in --data-dir must not quietly read the copy under $RECURBENCH_DATA.
+    (tmp_path / "env").mkdir()
+    (tmp_path / "env/ETTh1.csv").write_text("x")
+    monkeypatch.setenv("RECURBENCH_DATA", str(tmp_path / "env"))
+    missing = tmp_path / "typo"
+    with pytest.raises(DataError, match=rf"^data folder {missing} \(--data-dir\) does not exist$"):
+        registry.locate("ETTh1", missing)
+    assert registry.locate("ETTh1") == tmp_path / "env/ETTh1.csv"
+    (result,) = registry.verify(["ETTh1"], missing)
+    assert result.status == "missing" and "does not exist" in result.message
+    assert registry.fetch_dir(missing) == missing  # fetch may still create it
+
+
 def test_verify_reports_a_mismatch_with_expected_and_actual(tmp_path):
     (tmp_path / "ETTh1.csv").write_text("not the real file\n")
     (result,) = registry.verify(["ETTh1"], tmp_path)

@@ -38,7 +38,7 @@ from urllib.parse import unquote
 import pandas as pd
 
 from recurbench.errors import RecurbenchError
-from recurbench.tracking import experiment_name, resolve_tracking_uri
+from recurbench.tracking import experiment_name, mlflow_client, resolve_tracking_uri
 
 PARENT_TAG = "mlflow.parentRunId"
 EXECUTION_PARAMS = frozenset({"seed", "torch_threads"})
@@ -88,9 +88,7 @@ class SuiteRuns:
 
     @cached_property
     def client(self) -> Any:
-        from mlflow.tracking import MlflowClient
-
-        return MlflowClient(tracking_uri=self.tracking_uri)
+        return mlflow_client(self.tracking_uri)
 
     def metric_history(self, run_id: str, key: str) -> pd.DataFrame:
         """``step``, ``value`` of one metric over a run, sorted by step (empty if never logged)."""
@@ -118,8 +116,6 @@ class SuiteRuns:
 def open_client(tracking_uri: str | None) -> tuple[Any, str]:
     """An MLflow client for ``tracking_uri`` (or the default store), refusing to create a new sqlite
     database as a side effect of reading."""
-    from mlflow.tracking import MlflowClient
-
     uri = resolve_tracking_uri(tracking_uri)
     if uri.startswith("sqlite:///"):
         path = Path(unquote(uri[len("sqlite:///") :].split("?", 1)[0]))  # sqlite:////abs or sqlite:///relative
@@ -128,7 +124,7 @@ def open_client(tracking_uri: str | None) -> tuple[Any, str]:
                 f"no MLflow store at {path} (tracking URI {uri}); run a suite first "
                 "(`recurbench run SUITE`) or point --tracking-uri / MLFLOW_TRACKING_URI at your store"
             )
-    return MlflowClient(tracking_uri=uri), uri
+    return mlflow_client(uri), uri
 
 
 def _record(run: Any) -> RunRecord:
