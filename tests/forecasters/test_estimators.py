@@ -133,3 +133,21 @@ def test_update_moves_the_input_window_without_storing_the_series():
     g.update(y.iloc[130:140])
     pd.testing.assert_frame_equal(g.predict(), after)
     assert getattr(f, "_y", None) is None
+
+
+def test_works_in_sktime_forecasting_benchmark(tmp_path):
+    from sktime.benchmarking.forecasting import ForecastingBenchmark
+    from sktime.performance_metrics.forecasting import MeanSquaredError
+
+    def dataset():
+        return hourly_frame(150)
+
+    small = {**TINY, "seq_len": 24, "label_len": 12, "max_epochs": 1}
+    bench = ForecastingBenchmark()
+    bench.add_estimator(InformerForecaster(**small), estimator_id="informer")
+    bench.add_estimator(RSAInformerForecaster(**small, rem_heads=(0, 1, 1, 0, 0, 0)), estimator_id="rsa_informer")
+    bench.add_task(dataset, ExpandingWindowSplitter(fh=[1, 2], initial_window=120, step_length=15), [MeanSquaredError()])
+    results = bench.run(str(tmp_path / "results.csv"))
+    assert sorted(results["model_id"]) == ["informer", "rsa_informer"]
+    folds = results[["MeanSquaredError_fold_0_test", "MeanSquaredError_fold_1_test"]].to_numpy()
+    assert np.isfinite(folds).all() and (folds > 0).all()
