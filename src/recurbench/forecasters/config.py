@@ -9,6 +9,7 @@ dilated cos, dilated sin) and one dilation per dilated head, regular heads first
 from __future__ import annotations
 
 import math
+import numbers
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -126,8 +127,10 @@ class ForecasterConfig:
     def check(self) -> None:
         for key, minimum in _MINIMUMS.items():
             value = getattr(self, key)
-            if value is not None and value < minimum:
-                raise ConfigError(f"{key} must be at least {minimum}, got {value}")
+            if value is None:
+                continue
+            if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < minimum:
+                raise ConfigError(f"{key} must be an integer >= {minimum}, got {value!r}")
         if not 0 <= self.dropout < 1:
             raise ConfigError(f"dropout must be in [0, 1), got {self.dropout}")
         if self.d_model % self.n_heads:

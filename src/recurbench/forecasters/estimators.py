@@ -15,6 +15,7 @@ than ``seq_len + max(fh)`` is handled by shortening the input window to what the
 from __future__ import annotations
 
 import math
+import numbers
 import warnings
 from typing import Any, ClassVar
 
@@ -63,11 +64,10 @@ def _calendar(index: pd.Index) -> np.ndarray:
     return np.zeros((len(index), 0), dtype=np.float32)
 
 
-_MINIMUMS = {
-    "seq_len": 1, "label_len": 0, "d_model": 1, "n_heads": 1, "e_layers": 1, "d_layers": 1, "d_ff": 1,
-    "max_epochs": 1, "batch_size": 1, "patience": 1,
-}
-"""The smallest value of each integer hyperparameter every estimator has."""
+_MINIMUMS = {"seq_len": 1, "label_len": 0, "max_epochs": 1, "batch_size": 1, "patience": 1}
+"""The integer hyperparameters checked by the estimator itself: the window lengths (``_fit`` shortens them
+to the data before the network's config sees them) and the training's (``TrainConfig`` names them
+differently). The network's fields are checked by :meth:`ForecasterConfig.check`."""
 
 
 class WindowedTorchForecaster(BaseForecaster):
@@ -139,21 +139,22 @@ class WindowedTorchForecaster(BaseForecaster):
 
     def _check_params(self) -> None:
         """Refuse a hyperparameter that cannot work, by its name, before anything is fitted (the network's
-        own fields are checked again by :meth:`ForecasterConfig.check`, the training's by ``TrainConfig``)."""
+        fields are checked by :meth:`ForecasterConfig.check` in ``_fit``, with the class name added)."""
         name = type(self).__name__
         for param, minimum in _MINIMUMS.items():
             value = getattr(self, param)
-            if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
+            if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < minimum:
                 raise ConfigError(f"{name}: {param} must be an integer >= {minimum}, got {value!r}")
         if self.label_len > self.seq_len:
             raise ConfigError(f"{name}: label_len ({self.label_len}) must not exceed seq_len ({self.seq_len})")
-        for param, low, high, closed in (("learning_rate", 0.0, math.inf, False), ("dropout", 0.0, 1.0, True),
-                                         ("val_size", 0.0, 1.0, True)):
-            value = getattr(self, param)
-            number = isinstance(value, (int, float, np.floating)) and not isinstance(value, bool)
-            if not number or not ((low <= value if closed else low < value) and value < high) or math.isnan(value):
-                interval = f"{'[' if closed else '('}{low:g}, {high:g})"
-                raise ConfigError(f"{name}: {param} must be a number in {interval}, got {value!r}")
+        for param, fits, rule in (
+            ("learning_rate", lambda v: 0 < v < math.inf, "a positive finite number"),
+            ("dropout", lambda v: 0 <= v < 1, "a number in [0, 1)"),
+            ("val_size", lambda v: 0 <= v < 1, "a number in [0, 1)"),
+        ):
+            value = getattr(self, param)  # NaN fails every comparison, so it is refused too
+            if isinstance(value, bool) or not isinstance(value, numbers.Real) or not fits(value):
+                raise ConfigError(f"{name}: {param} must be {rule}, got {value!r}")
 
     def _fit(self, y: pd.DataFrame, X: pd.DataFrame | None = None, fh: ForecastingHorizon | None = None):
         self._check_params()
