@@ -300,3 +300,13 @@ def test_default_study_names_keep_other_settings_apart(tmp_path):
     before = settings_digest(str(suite), ())
     suite.write_text("suite: ltsf  # edited\n")
     assert settings_digest(str(suite), ()) != before
+
+
+@pytest.mark.parametrize("kind", ["journal", "sqlite"])
+def test_a_storage_in_a_new_folder_is_created_with_its_folder(tmp_path, kind):
+    from recurbench.tuning.study import make_storage
+
+    path = tmp_path / "new" / "deeper" / ("journal.log" if kind == "journal" else "optuna.db")
+    storage = make_storage(f"journal:{path}" if kind == "journal" else f"sqlite:///{path}")
+    optuna.create_study(storage=storage, study_name="s").optimize(lambda t: t.suggest_float("x", 0, 1), n_trials=1)
+    assert path.is_file()

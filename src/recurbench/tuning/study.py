@@ -26,6 +26,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import unquote
 
 import optuna
 from optuna.storages import RDBStorage, RetryFailedTrialCallback
@@ -123,6 +124,10 @@ def make_storage(
         path = Path(url.removeprefix("journal:"))
         path.parent.mkdir(parents=True, exist_ok=True)
         return JournalStorage(JournalFileBackend(str(path)))
+    if url.startswith("sqlite:///"):  # its folder, as for a journal (sqlite would not open the file)
+        database = url.removeprefix("sqlite:///").split("?", 1)[0]
+        if database and database != ":memory:":
+            Path(unquote(database)).parent.mkdir(parents=True, exist_ok=True)
     engine_kwargs = {"connect_args": {"timeout": 60}} if url.startswith("sqlite") else {}
     try:
         return RDBStorage(
