@@ -29,6 +29,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import unquote
 
 import recurbench
 from recurbench.errors import ConfigError
@@ -225,6 +226,14 @@ def resolve_tracking_uri(uri: str | None = None) -> str:
     return uri or os.environ.get("MLFLOW_TRACKING_URI") or DEFAULT_TRACKING_URI
 
 
+def sqlite_file(uri: str) -> Path | None:
+    """The database file of an ``sqlite:///`` URI (``sqlite:////abs`` or ``sqlite:///relative``, query
+    and percent-encoding removed); None for any other URI."""
+    if not uri.startswith("sqlite:///"):
+        return None
+    return Path(unquote(uri.removeprefix("sqlite:///").split("?", 1)[0]))
+
+
 def mlflow_client(uri: str) -> Any:
     """``MlflowClient(uri)``; a URI MLflow cannot serve (an unknown scheme, a missing driver) is a
     :class:`ConfigError` naming it instead of MLflow's traceback."""
@@ -303,9 +312,8 @@ class MlflowTracker(Tracker):
                 self._experiments[experiment] = found.experiment_id
             else:
                 location = None
-                if self.tracking_uri.startswith("sqlite:///"):
+                if (db := sqlite_file(self.tracking_uri)) is not None:
                     # Artifacts beside the database (MLflow would otherwise use ./mlruns of the cwd).
-                    db = Path(self.tracking_uri.removeprefix("sqlite:///"))
                     location = (db.parent / "mlartifacts" / experiment).resolve().as_uri()
                 try:
                     self._experiments[experiment] = self.client.create_experiment(

@@ -33,12 +33,11 @@ from dataclasses import dataclass, field, replace
 from functools import cached_property
 from pathlib import Path
 from typing import Any
-from urllib.parse import unquote
 
 import pandas as pd
 
 from recurbench.errors import RecurbenchError
-from recurbench.tracking import experiment_name, mlflow_client, resolve_tracking_uri
+from recurbench.tracking import experiment_name, mlflow_client, resolve_tracking_uri, sqlite_file
 
 PARENT_TAG = "mlflow.parentRunId"
 EXECUTION_PARAMS = frozenset({"seed", "torch_threads"})
@@ -117,8 +116,7 @@ def open_client(tracking_uri: str | None) -> tuple[Any, str]:
     """An MLflow client for ``tracking_uri`` (or the default store), refusing to create a new sqlite
     database as a side effect of reading."""
     uri = resolve_tracking_uri(tracking_uri)
-    if uri.startswith("sqlite:///"):
-        path = Path(unquote(uri[len("sqlite:///") :].split("?", 1)[0]))  # sqlite:////abs or sqlite:///relative
+    if (path := sqlite_file(uri)) is not None:
         if not path.is_file():
             raise RecurbenchError(
                 f"no MLflow store at {path} (tracking URI {uri}); run a suite first "

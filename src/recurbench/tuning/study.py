@@ -26,14 +26,21 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-from urllib.parse import unquote
 
 import optuna
 from optuna.storages import RDBStorage, RetryFailedTrialCallback
 from optuna.trial import TrialState
 
 from recurbench.errors import ConfigError
-from recurbench.tracking import RESULTS_DIR, RunHandle, Tracker, experiment_name, make_tracker, standard_tags
+from recurbench.tracking import (
+    RESULTS_DIR,
+    RunHandle,
+    Tracker,
+    experiment_name,
+    make_tracker,
+    sqlite_file,
+    standard_tags,
+)
 
 DEFAULT_STORAGE = "sqlite:///results/optuna.db"
 PARENT_RUN_ATTR = "mlflow_parent_run_id"
@@ -124,10 +131,8 @@ def make_storage(
         path = Path(url.removeprefix("journal:"))
         path.parent.mkdir(parents=True, exist_ok=True)
         return JournalStorage(JournalFileBackend(str(path)))
-    if url.startswith("sqlite:///"):  # its folder, as for a journal (sqlite would not open the file)
-        database = url.removeprefix("sqlite:///").split("?", 1)[0]
-        if database and database != ":memory:":
-            Path(unquote(database)).parent.mkdir(parents=True, exist_ok=True)
+    if (database := sqlite_file(url)) is not None:  # its folder, as for a journal (sqlite would not open the file)
+        database.parent.mkdir(parents=True, exist_ok=True)
     engine_kwargs = {"connect_args": {"timeout": 60}} if url.startswith("sqlite") else {}
     try:
         return RDBStorage(
