@@ -8,6 +8,7 @@ file as ``<file>: <dotted.path.in.file>: <what is wrong> (got <value>)``.
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Annotated, Any, TypeVar
@@ -66,15 +67,30 @@ def load_yaml_model(model: type[M], path: str | os.PathLike[str]) -> M:
     return validate(model, read_yaml(path), str(path))
 
 
-def deep_merge(base: Mapping[str, Any], override: Mapping[str, Any]) -> dict[str, Any]:
-    """``override`` on top of ``base``, recursively for nested mappings (lists are replaced)."""
+def deep_merge(base: Mapping[Any, Any], override: Mapping[Any, Any]) -> dict[Any, Any]:
+    """``override`` on top of ``base``, recursively for nested mappings (lists are replaced).
+
+    A text key from the command line meets the integer key a YAML file wrote (``--set
+    rem_heads.ETTh1.48...`` and ``48:``); a new all-digit key among integer keys becomes an integer."""
     out = dict(base)
     for key, value in override.items():
+        key = _merge_key(out, key)
         if isinstance(value, Mapping) and isinstance(out.get(key), Mapping):
             out[key] = deep_merge(out[key], value)
         else:
             out[key] = value
     return out
+
+
+def _merge_key(base: Mapping[Any, Any], key: Any) -> Any:
+    if key in base or not isinstance(key, str):
+        return key
+    for existing in base:
+        if isinstance(existing, int) and not isinstance(existing, bool) and str(existing) == key:
+            return existing
+    if re.fullmatch(r"-?\d+", key) and any(isinstance(k, int) and not isinstance(k, bool) for k in base):
+        return int(key)
+    return key
 
 
 def parse_overrides(items: Sequence[str]) -> dict[str, Any]:

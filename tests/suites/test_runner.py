@@ -144,6 +144,21 @@ def test_set_overrides_one_profile_setting_and_leaves_the_others():
     assert paper_again.training.rsa_lr_factor == 1.0 and paper_again.model.keep_positional is False
 
 
+def test_set_reaches_settings_under_integer_keys():
+    # The YAML file keys horizons by integer (48:); the command line can only write "48".
+    from recurbench.suites.runner import load_profile
+
+    sets = ["rem_heads.ETTh1.48.rsa_informer.k=[2,1,1,0,2,2]", "windows.ETTh1.720.seq_len=336",
+            "windows.ETTh1.720.label_len=168", "windows.ETTh1.720.e_layers=2", "windows.ETTh1.720.d_layers=1"]
+    _, paper = load_profile("ltsf", "paper", overrides=sets)
+    heads = paper.rem_heads["ETTh1"][48]
+    assert list(heads["rsa_informer"].k) == [2, 1, 1, 0, 2, 2]
+    assert list(heads["rsa_informer"].dilations) == [24, 24, 24, 24]  # the rest of the entry is kept
+    assert list(heads["rsa_xl"].k) == [4, 0, 0, 4, 0, 0]
+    assert sorted(paper.windows["ETTh1"]) == [24, 48, 168, 336, 720]  # a new key joins as an integer
+    assert paper.windows["ETTh1"][720].seq_len == 336
+
+
 @pytest.mark.parametrize(
     ("sets", "message"),
     [
