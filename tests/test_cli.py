@@ -240,3 +240,16 @@ def test_progress_off_a_terminal_logs_one_line_per_change():
         "informer-ETTh1-24-s0 epoch 1/2: train 0.5000, val 0.6000 (3 s)",
         "informer-ETTh1-24-s0 epoch 2/2",
     ]
+
+
+@pytest.mark.parametrize("enqueue", [[], ["--enqueue-paper"]])
+def test_tune_with_a_bad_tracking_uri_creates_no_optuna_storage(tmp_path, data_dir, enqueue):
+    from recurbench.errors import ConfigError
+
+    storage = tmp_path / "optuna.db"
+    result = runner.invoke(app, [
+        "tune", "ltsf", "--model", "rsa_informer", "--dataset", "ETTh1", "--horizon", "24", "--trials", "1",
+        "--storage", f"sqlite:///{storage}", "--tracking-uri", "foo://bar", "--data-dir", str(data_dir), *enqueue,
+    ])
+    assert isinstance(result.exception, ConfigError) and "tracking URI 'foo://bar'" in str(result.exception)
+    assert not storage.exists()

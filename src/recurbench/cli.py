@@ -339,6 +339,7 @@ def tune_cmd(
     data_dir: DataDirOpt = None,
 ) -> None:
     """Optuna studies over REM head counts, dilations and gate initialisation; resumable, multi-worker."""
+    from recurbench.tracking import make_tracker
     from recurbench.tuning.objectives import LTSFObjective, MinigridObjective, write_best_profile
     from recurbench.tuning.study import StudySpec, default_study_name, load_study, run_study, settings_digest
 
@@ -363,6 +364,8 @@ def tune_cmd(
         n_trials=trials, storage=storage, workers=workers, timeout=timeout, seed=seed, pruner=pruner,
         tracking_uri=tracking_uri, tags={"suite": suite, "profile": profile, "model": model, **tags},
     )
+    tracker = make_tracker(tracking_uri)
+    tracker.open()  # a bad tracking URI fails before the Optuna storage is created
     if enqueue_paper and isinstance(objective, LTSFObjective):
         study = load_study(spec, objective.direction)
         params = objective.paper_params()
@@ -371,7 +374,7 @@ def tune_cmd(
         elif not study.get_trials(deepcopy=False):
             study.enqueue_trial(params, user_attrs={"paper_configuration": True})
     with console.status(f"study {escape(spec.study_name)}: {trials} trials on {workers} worker(s)"):
-        result = run_study(spec, objective)
+        result = run_study(spec, objective, tracker)
     console.print(_table(f"study {result.study_name}", ["key", "value"], [
         ["storage", result.storage], ["trials", json.dumps(result.counts)], ["best trial", result.best_trial],
         ["best " + ("validation loss" if suite == "ltsf" else "training-env reward"), result.best_value],

@@ -137,6 +137,9 @@ class Tracker(ABC):
     @abstractmethod
     def _end(self, run: RunHandle, status: str) -> None: ...
 
+    def open(self) -> None:  # noqa: B027 - a no-op unless the tracker has a store to open
+        """Open the store now (a bad URI fails here), e.g. before a command writes elsewhere."""
+
     @contextmanager
     def run(
         self,
@@ -304,6 +307,9 @@ class MlflowTracker(Tracker):
         if self.tracking_uri == DEFAULT_TRACKING_URI:
             RESULTS_DIR.mkdir(parents=True, exist_ok=True)
         return mlflow_client(self.tracking_uri)
+
+    def open(self) -> None:
+        self.client  # noqa: B018 - opens the store
 
     def experiment_id(self, experiment: str) -> str:
         if experiment not in self._experiments:

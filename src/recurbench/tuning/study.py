@@ -252,6 +252,7 @@ class StudyResult:
 def run_study(spec: StudySpec, objective: Objective, tracker: Tracker | None = None) -> StudyResult:
     """Create or resume ``spec.study_name`` and run it to ``n_trials`` finished trials."""
     tracker = tracker or make_tracker(spec.tracking_uri)
+    tracker.open()  # a bad tracking URI fails before the Optuna storage is created
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     study = load_study(spec, objective.direction)
     storage_url = spec.storage or DEFAULT_STORAGE
