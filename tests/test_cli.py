@@ -99,6 +99,8 @@ def test_bench_rsa_times_both_layers_of_either_baseline(attention):
     assert out["overhead_ratio"] == pytest.approx(out["time_rsa_step_s"] / out["time_baseline_step_s"])
     assert out["pairs"] == 1 and len(out["overhead_pct_paired_quartiles"]) == 3
     assert set(out["minor_page_faults_per_step"]) == {"baseline", "rsa"}
+    assert out["time_sdpa_alone_s"] > 0 and out["time_rsa_attention_s"] > 0
+    assert out["rsa_attention_vs_sdpa"] == pytest.approx(out["time_rsa_attention_s"] / out["time_sdpa_alone_s"])
 
 
 def test_bench_rsa_rejects_fewer_than_one_pair():

@@ -40,3 +40,33 @@ def test_paired_steps_alternate_which_layer_goes_first_after_a_warm_up(monkeypat
 def test_paired_steps_need_at_least_one_pair():
     with pytest.raises(ValueError, match="pairs must be at least 1, got 0"):
         bench._paired_steps(lambda: None, lambda: None, 0, torch.device("cpu"))
+
+
+def test_bench_rem_reports_error_speed_and_the_forward_bandwidth():
+    out = bench.bench_rem(64, heads=6, head_dim=8, batch=2, repeats=1, threads=1, memory=False)
+    assert out["default_impl"] == "chunked" and out["dense_skipped"] is None
+    assert out["max_abs_err"] < 1e-4  # chunked vs dense, fp32
+    assert out["speedup_fwd_bwd"] == pytest.approx(out["time_dense_fwd_bwd_s"] / out["time_default_fwd_bwd_s"])
+    # V read once and P V written once: 2 x B T H D float32 values over the forward time.
+    moved = 2 * 2 * 64 * 6 * 8 * 4
+    assert out["effective_bandwidth_fwd_gbps"] == pytest.approx(moved / out["time_default_fwd_s"] / 1e9)
+    assert out["bandwidth_vs_copy"] == pytest.approx(out["effective_bandwidth_fwd_gbps"] / out["copy_bandwidth_gbps"])
+    assert out["copy_bandwidth_gbps"] > 0
+    assert out["hbm_peak_gbps"] is None and out["bandwidth_vs_hbm_peak"] is None  # no NVML figure on a CPU
+
+
+def test_hbm_peak_is_twice_the_memory_clock_times_the_bus_width(monkeypatch):
+    import sys
+    import types
+
+    nvml = types.SimpleNamespace(
+        NVML_CLOCK_MEM=2, nvmlInit=lambda: None, nvmlDeviceGetHandleByIndex=lambda i: f"gpu{i}",
+        nvmlDeviceGetMaxClockInfo=lambda handle, kind: {("gpu0", 2): 2619}[(handle, kind)],
+        nvmlDeviceGetMemoryBusWidth=lambda handle: {"gpu0": 5120}[handle],
+    )
+    monkeypatch.setitem(sys.modules, "pynvml", nvml)
+    # An H100 SXM's HBM3: 2619 MHz, 5120 bits -> 3.35 TB/s, its data-sheet figure.
+    assert bench.hbm_peak_bandwidth(torch.device("cuda", 0)) == pytest.approx(3.352e12, rel=1e-3)
+    assert bench.hbm_peak_bandwidth(torch.device("cpu")) is None
+    monkeypatch.setitem(sys.modules, "pynvml", None)  # not installed
+    assert bench.hbm_peak_bandwidth(torch.device("cuda", 0)) is None

@@ -5,7 +5,8 @@
 * :func:`bench_rem_sweep` -- the default path over T = 512 ... 8192 (dense where it fits), with the
   time per token to show linear scaling.
 * :func:`bench_rsa` -- training-step time of an RSA attention layer over the same layer without REMs
-  (wall time and this process's CPU time). The two layers' steps alternate (ABBA order), so load
+  (wall time and this process's CPU time), and the RSA attention core (baseline attention + REM mix,
+  no projections) against SDPA alone. The two layers' steps alternate (ABBA order), so load
   from other processes hits both alike; the spread of the per-pair ratios and the minor page faults
   per step are reported with the medians, because on a shared machine a single figure can mislead
   (a process whose allocator keeps handing back fresh pages pays thousands of page faults a step).
@@ -15,6 +16,12 @@ Python subprocess that builds its inputs, runs a tiny warm-up, resets the kernel
 (``echo 5 > /proc/self/clear_refs``), runs one forward+backward and reads ``VmHWM`` from
 ``/proc/self/status``; the peak is ``VmHWM`` minus the resident size just before the run, i.e. the
 physical memory the operation touched on top of its inputs. On CUDA: ``torch.cuda.max_memory_allocated``.
+
+Bandwidth: the operator must read V and write P V at least once, so its forward moves at least
+``2 B T H D`` elements; ``effective_bandwidth_fwd_gbps`` is that over the forward time (a lower bound
+on the traffic: an unmasked REM makes a causal and an anti-causal pass). It is set against what the same
+device reaches copying a large tensor (``copy_bandwidth_gbps``, read + write) and, on CUDA where NVML
+reports the memory clock and bus width, the HBM's nominal peak (``hbm_peak_gbps``).
 """
 
 from __future__ import annotations
@@ -134,6 +141,56 @@ def peak_memory(cfg: dict[str, Any], impl: str | None) -> int:
     return int(done.stdout.strip().splitlines()[-1])
 
 
+def copy_bandwidth(device: torch.device, nbytes: int = 1 << 28, repeats: int = 5) -> float:
+    """Bytes per second a device-to-device copy of ``nbytes`` reaches (read + write counted), median."""
+    src = torch.empty(nbytes // 4, dtype=torch.float32, device=device).fill_(1.0)
+    dst = torch.empty_like(src)
+    seconds = _timeit(lambda: dst.copy_(src), repeats, device)
+    return 2 * nbytes / seconds
+
+
+def hbm_peak_bandwidth(device: torch.device) -> float | None:
+    """Nominal memory bandwidth of a CUDA device in bytes/s (2 x max memory clock x bus width, from
+    NVML), or None where NVML is missing or the device is not CUDA."""
+    if device.type != "cuda":
+        return None
+    try:
+        import pynvml
+    except ImportError:
+        return None
+    try:
+        pynvml.nvmlInit()
+        handle = pynvml.nvmlDeviceGetHandleByIndex(device.index or 0)
+        clock_mhz = pynvml.nvmlDeviceGetMaxClockInfo(handle, pynvml.NVML_CLOCK_MEM)
+        bus_bits = pynvml.nvmlDeviceGetMemoryBusWidth(handle)
+    except Exception:  # an NVML without the query, or no permission
+        return None
+    return 2 * clock_mhz * 1e6 * bus_bits / 8
+
+
+def _bandwidth_fields(v: torch.Tensor, params: dict[str, Any], impl: str, repeats: int) -> dict[str, Any]:
+    """Forward time of ``impl`` and its effective bandwidth beside the device's (module docstring)."""
+    dev = v.device
+
+    def forward() -> None:
+        with torch.no_grad():
+            rem_apply(v, impl=impl, **params)
+
+    seconds = _timeit(forward, repeats, dev)
+    moved = 2 * v.numel() * v.element_size()
+    copy = copy_bandwidth(dev)
+    peak = hbm_peak_bandwidth(dev)
+    achieved = moved / seconds
+    return {
+        "time_default_fwd_s": seconds,
+        "effective_bandwidth_fwd_gbps": achieved / 1e9,
+        "copy_bandwidth_gbps": copy / 1e9,
+        "bandwidth_vs_copy": achieved / copy,
+        "hbm_peak_gbps": None if peak is None else peak / 1e9,
+        "bandwidth_vs_hbm_peak": None if peak is None else achieved / peak,
+    }
+
+
 def dense_bytes_estimate(seq_len: int, heads: int, batch: int, itemsize: int = 4) -> int:
     """Rough peak of the dense path: P and its exponent/mask temporaries per head, plus dP per batch."""
     return (batch + 6) * heads * seq_len * seq_len * itemsize
@@ -156,7 +213,8 @@ def bench_rem(
     dense_max_bytes: float = 8e9,
     memory: bool = True,
 ) -> dict[str, Any]:
-    """Dense (paper) vs default path for one shape: error, fwd+bwd time, peak memory.
+    """Dense (paper) vs default path for one shape: error, fwd+bwd time, peak memory; the default
+    path's forward time and effective bandwidth.
 
     Heads cycle through the six REM types (dilated ones with ``dilation``). The dense path is skipped
     (its fields ``None``) when ``dense_bytes_estimate`` exceeds ``dense_max_bytes``."""
@@ -174,6 +232,7 @@ def bench_rem(
         "device": torch.cuda.get_device_name() if dev.type == "cuda" else "cpu",
         "threads": torch.get_num_threads(), "default_impl": default_impl,
         "time_default_fwd_bwd_s": _timeit(lambda: _fwd_bwd(v, params, default_impl), repeats, dev),
+        **_bandwidth_fields(v, params, default_impl, repeats),
     }
     run_dense = dense and dense_bytes_estimate(seq_len, heads, batch) <= dense_max_bytes
     result["dense_skipped"] = None if run_dense else "dense_bytes_estimate above dense_max_bytes"
@@ -248,8 +307,13 @@ def bench_rsa(
     configuration for ETTh1 (k = (0,2,2,0,2,2), d = [24,24,24,24]). ``impl`` picks the REM path
     (``None``: the default, i.e. the fused mix of :func:`recurbench.kernels.rem.rem_mix` where it
     applies). ``pairs`` timed steps of each layer, alternating (see :func:`_paired_steps`); besides
-    wall time, the CPU time of this process is reported (robust to other processes on shared cores)."""
-    from recurbench.forecasters.layers.attention import AttentionLayer, ProbSparseAttention
+    wall time, the CPU time of this process is reported (robust to other processes on shared cores).
+
+    Then the attention core alone, forward and backward without projections or optimizer, in
+    ``pairs`` alternating pairs: ``time_sdpa_alone_s`` (softmax attention through SDPA) against
+    ``time_rsa_attention_s`` (the RSA layer's attention kernel, SDPA or ProbSparse, plus its REM mix);
+    ``rsa_attention_vs_sdpa`` is their ratio."""
+    from recurbench.forecasters.layers.attention import AttentionLayer, FullAttention, ProbSparseAttention
     from recurbench.forecasters.layers.rsa import REMHeadConfig, RSAFullAttention, RSAMixer
 
     if attention not in BASELINE_ATTENTIONS:
@@ -263,14 +327,15 @@ def bench_rsa(
     x = torch.randn(batch, seq_len, d_model, generator=gen).to(dev)
     target = torch.randn(batch, seq_len, d_model, generator=gen).to(dev)
 
-    def make_step(cfg: REMHeadConfig | None) -> Callable[[], None]:
+    def make_layer(cfg: REMHeadConfig | None) -> AttentionLayer:
         torch.manual_seed(0)
         if attention == "full":
-            layer: torch.nn.Module = RSAFullAttention(d_model, heads, cfg, causal=causal, impl=impl)
-        else:
-            mixer = None if cfg is None else RSAMixer(heads, cfg, masked=causal, impl=impl)
-            layer = AttentionLayer(ProbSparseAttention(factor=5, causal=causal), d_model, heads, mixer=mixer)
-        layer = layer.to(dev)
+            return RSAFullAttention(d_model, heads, cfg, causal=causal, impl=impl).to(dev)
+        mixer = None if cfg is None else RSAMixer(heads, cfg, masked=causal, impl=impl)
+        return AttentionLayer(ProbSparseAttention(factor=5, causal=causal), d_model, heads, mixer=mixer).to(dev)
+
+    def make_step(cfg: REMHeadConfig | None) -> Callable[[], None]:
+        layer = make_layer(cfg)
         opt = torch.optim.Adam(layer.parameters(), lr=1e-4)
 
         def step() -> None:
@@ -282,12 +347,35 @@ def bench_rsa(
         return step
 
     timing = _paired_steps(make_step(None), make_step(heads_cfg), pairs, dev)
+
+    # The attention core alone (no projections, no optimizer): SDPA against the RSA layer's own
+    # attention kernel followed by its REM mix, forward and backward on the same q, k, v.
+    rsa_layer = make_layer(heads_cfg)
+    q, k, v = (torch.randn(batch, seq_len, heads, head_dim, generator=gen).to(dev).requires_grad_() for _ in range(3))
+    grad = torch.randn(batch, seq_len, heads, head_dim, generator=gen).to(dev)
+    sdpa = FullAttention(causal=causal)
+
+    def core_step(fn: Callable[[], torch.Tensor]) -> Callable[[], None]:
+        def step() -> None:
+            q.grad = k.grad = v.grad = None
+            fn().backward(grad)
+
+        return step
+
+    core = _paired_steps(
+        core_step(lambda: sdpa(q, k, v)),
+        core_step(lambda: rsa_layer.mixer(rsa_layer.attention(q, k, v), v)),
+        pairs, dev,
+    )
     return {
         "seq_len": seq_len, "heads": heads, "head_dim": head_dim, "d_model": d_model, "batch": batch,
         "k1_k6": heads_cfg.k, "dilations": heads_cfg.dilations, "causal": causal, "attention": attention,
         "impl": impl or "default",
         "device": torch.cuda.get_device_name() if dev.type == "cuda" else "cpu", "threads": torch.get_num_threads(),
         **timing,
+        "time_sdpa_alone_s": core["time_baseline_step_s"],
+        "time_rsa_attention_s": core["time_rsa_step_s"],
+        "rsa_attention_vs_sdpa": core["overhead_ratio"],
     }
 
 
