@@ -56,7 +56,7 @@ def paper_table() -> dict[tuple[str, str], dict[str, float]]:
     """``{(train_env, core): {"train": r, "test": r}}`` from Kerg et al.'s Table 4."""
     path = resources.files("recurbench.suites").joinpath("reference/kerg_table4_minigrid.csv")
     table: dict[tuple[str, str], dict[str, float]] = {}
-    with path.open() as fh:
+    with path.open(encoding="utf-8") as fh:
         for row in csv.DictReader(fh):
             for core in ("memlstm", "rellstm"):
                 table[(row["train_env"], core)] = {"train": float(row[f"{core}_train"]), "test": float(row[f"{core}_test"])}
