@@ -20,12 +20,18 @@ from recurbench.kernels.rem import rem_apply  # noqa: E402
 
 TOL = {torch.float64: dict(rtol=1e-10, atol=1e-10), torch.float32: dict(rtol=1e-4, atol=1e-4)}
 KINDS = ["regular", "cos", "sin", "sin"]
+# Two layouts that together hold all six REM types (each kind undilated and dilated), with
+# dilations 1, 2, 3 and 24.
+LAYOUTS = {
+    "reg1-cos2-sin3-sin24": (KINDS, [1, 2, 3, 24]),
+    "cos1-sin1-reg24-cos3": (["cos", "sin", "regular", "cos"], [1, 1, 24, 3]),
+}
 
 
-def _run(impl, v, dils, masked, truncate, pos=None):
+def _run(impl, v, dils, masked, truncate, pos=None, kinds=KINDS):
     eta, nu, theta = make_params(v.shape[2], v.dtype, seed=4)
     v = v.detach().requires_grad_()
-    y = rem_apply(v, kind=KINDS, eta=eta, nu=nu, theta=theta, dilation=dils, masked=masked,
+    y = rem_apply(v, kind=kinds, eta=eta, nu=nu, theta=theta, dilation=dils, masked=masked,
                   truncate=truncate, query_positions=pos, impl=impl, chunk_size=16)
     cot = torch.randn(y.shape, dtype=y.dtype, generator=torch.Generator().manual_seed(1))
     return (y, *torch.autograd.grad(y, [v, eta, nu, theta], cot))
@@ -34,11 +40,13 @@ def _run(impl, v, dils, masked, truncate, pos=None):
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
 @pytest.mark.parametrize("masked", [True, False])
 @pytest.mark.parametrize("truncate", [None, 20])
-def test_triton_matches_dense(dtype, masked, truncate):
-    """T = 37 spans 3 chunks of 16 (state and look-back paths), dilations 1, 2, 3, 24."""
+@pytest.mark.parametrize("layout", list(LAYOUTS))
+def test_triton_matches_dense(dtype, masked, truncate, layout):
+    """T = 37 spans 3 chunks of 16 (state and look-back paths)."""
+    kinds, dils = LAYOUTS[layout]
     v = torch.randn(1, 37, 4, 3, dtype=dtype)
-    want = _run("naive", v, [1, 2, 3, 24], masked, truncate)
-    got = _run("triton", v, [1, 2, 3, 24], masked, truncate)
+    want = _run("naive", v, dils, masked, truncate, kinds=kinds)
+    got = _run("triton", v, dils, masked, truncate, kinds=kinds)
     for name, a, b in zip(["y", "dv", "deta", "dnu", "dtheta"], want, got, strict=True):
         torch.testing.assert_close(b, a, **TOL[dtype], msg=lambda m, n=name: f"{n}: {m}")
 
