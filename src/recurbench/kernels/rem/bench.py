@@ -334,8 +334,7 @@ def bench_rsa(
         mixer = None if cfg is None else RSAMixer(heads, cfg, masked=causal, impl=impl)
         return AttentionLayer(ProbSparseAttention(factor=5, causal=causal), d_model, heads, mixer=mixer).to(dev)
 
-    def make_step(cfg: REMHeadConfig | None) -> Callable[[], None]:
-        layer = make_layer(cfg)
+    def make_step(layer: AttentionLayer) -> Callable[[], None]:
         opt = torch.optim.Adam(layer.parameters(), lr=1e-4)
 
         def step() -> None:
@@ -346,11 +345,11 @@ def bench_rsa(
 
         return step
 
-    timing = _paired_steps(make_step(None), make_step(heads_cfg), pairs, dev)
+    rsa_layer = make_layer(heads_cfg)
+    timing = _paired_steps(make_step(make_layer(None)), make_step(rsa_layer), pairs, dev)
 
     # The attention core alone (no projections, no optimizer): SDPA against the RSA layer's own
     # attention kernel followed by its REM mix, forward and backward on the same q, k, v.
-    rsa_layer = make_layer(heads_cfg)
     q, k, v = (torch.randn(batch, seq_len, heads, head_dim, generator=gen).to(dev).requires_grad_() for _ in range(3))
     grad = torch.randn(batch, seq_len, heads, head_dim, generator=gen).to(dev)
     sdpa = FullAttention(causal=causal)
