@@ -83,14 +83,10 @@ def deep_merge(base: Mapping[Any, Any], override: Mapping[Any, Any]) -> dict[Any
 
 
 def _merge_key(base: Mapping[Any, Any], key: Any) -> Any:
-    if key in base or not isinstance(key, str):
+    """``key``, or its integer where ``base`` has integer keys and ``key`` is all digits."""
+    if key in base or not isinstance(key, str) or not re.fullmatch(r"-?\d+", key):
         return key
-    for existing in base:
-        if isinstance(existing, int) and not isinstance(existing, bool) and str(existing) == key:
-            return existing
-    if re.fullmatch(r"-?\d+", key) and any(isinstance(k, int) and not isinstance(k, bool) for k in base):
-        return int(key)
-    return key
+    return int(key) if any(isinstance(k, int) and not isinstance(k, bool) for k in base) else key
 
 
 def parse_overrides(items: Sequence[str]) -> dict[str, Any]:
