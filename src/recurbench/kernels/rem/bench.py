@@ -26,6 +26,7 @@ reports the memory clock and bus width, the HBM's nominal peak (``hbm_peak_gbps`
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import statistics
@@ -141,8 +142,10 @@ def peak_memory(cfg: dict[str, Any], impl: str | None) -> int:
     return int(done.stdout.strip().splitlines()[-1])
 
 
+@functools.cache
 def copy_bandwidth(device: torch.device, nbytes: int = 1 << 28, repeats: int = 5) -> float:
-    """Bytes per second a device-to-device copy of ``nbytes`` reaches (read + write counted), median."""
+    """Bytes per second a device-to-device copy of ``nbytes`` reaches (read + write counted), median;
+    measured once per device and process (a sweep's rows share it)."""
     src = torch.empty(nbytes // 4, dtype=torch.float32, device=device).fill_(1.0)
     dst = torch.empty_like(src)
     seconds = _timeit(lambda: dst.copy_(src), repeats, device)
