@@ -118,3 +118,69 @@ def test_a_tracking_uri_mlflow_cannot_serve_is_a_config_error_with_the_password_
     with pytest.raises(ConfigError) as info:
         mlflow_client("foo://user:secret@host/x")
     assert "secret" not in str(info.value) and "foo://user:***@host/x" in str(info.value)
+
+
+
+_KILLED_MID_RUN = """
+import json, os, signal, sys
+from recurbench.tracking import MlflowTracker
+tracker = MlflowTracker(sys.argv[1])
+with tracker.run("parent", experiment="recurbench-test", tags={"role": "parent"}) as parent:
+    with tracker.run(sys.argv[2], experiment="recurbench-test", parent=parent) as run:
+        run.log_metrics({"train_loss": 1.0}, step=1)
+        if sys.argv[2] == "killed":
+            os.kill(os.getpid(), signal.SIGKILL)  # no code runs after this: the runs stay RUNNING
+        print(json.dumps(sorted(tracker.lost_runs)), flush=True)
+        sys.stdin.readline()  # alive until the test closes stdin
+"""
+
+
+def test_runs_left_running_by_a_killed_process_are_marked_failed_by_the_next_tracker(tmp_path):
+    """SIGKILL (or the OOM killer) runs no handler; the next process tracking to that experiment
+    marks those runs FAILED, and leaves a live process's runs alone."""
+    import json
+    import signal
+    import subprocess
+    import sys
+
+    from mlflow.tracking import MlflowClient
+
+    from recurbench.reporting.runs import load_runs
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    killed = subprocess.run([sys.executable, "-c", _KILLED_MID_RUN, uri, "killed"], capture_output=True, text=True)
+    assert killed.returncode == -signal.SIGKILL, killed.stderr
+    client = MlflowClient(uri)
+    experiment_id = client.get_experiment_by_name("recurbench-test").experiment_id
+
+    def status() -> dict[str, str]:
+        return {r.info.run_name: r.info.status for r in client.search_runs([experiment_id])
+                if r.info.run_name != "parent"}
+
+    # Reading shows the lost run as LOST, with the reason, and writes nothing.
+    unfinished = load_runs("test", ("model",), tracking_uri=uri).unfinished
+    assert [(r.name, r.status) for r in unfinished] == [("killed", "LOST")]
+    assert unfinished[0].tags["error"].startswith(f"lost: its process (pid {unfinished[0].tags['pid']} on ")
+    assert status() == {"killed": "RUNNING"}
+
+    # The next process to track there marks the run and its parent FAILED, and says which.
+    alive = subprocess.Popen([sys.executable, "-c", _KILLED_MID_RUN, uri, "alive"], stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, text=True)
+    try:
+        assert json.loads(alive.stdout.readline()) == ["killed", "parent"]
+        killed_run = next(r for r in client.search_runs([experiment_id]) if r.info.run_name == "killed")
+        assert killed_run.info.status == "FAILED"
+        assert killed_run.data.tags["error"].startswith("lost: its process (pid ")
+        # A live process's runs are left alone, by trackers and by readers.
+        tracker = MlflowTracker(uri)
+        with tracker.run("next", experiment="recurbench-test"):
+            pass
+        assert tracker.lost_runs == []
+        assert status() == {"killed": "FAILED", "alive": "RUNNING", "next": "FINISHED"}
+        assert [(r.name, r.status) for r in load_runs("test", ("model",), tracking_uri=uri).unfinished] == [
+            ("alive", "RUNNING"), ("killed", "FAILED")]
+    finally:
+        alive.stdin.close()
+        alive.wait(timeout=60)
+    assert alive.returncode == 0
+    assert status()["alive"] == "FINISHED"

@@ -9,7 +9,9 @@ import json
 import os
 import sys
 import time
-from typing import Annotated, Any
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.console import Console
@@ -20,6 +22,9 @@ from rich.text import Text
 
 from recurbench.errors import RecurbenchError
 from recurbench.runtime import handle_termination, tune_allocator
+
+if TYPE_CHECKING:
+    from recurbench.tracking import Tracker
 
 app = typer.Typer(
     name="recurbench",
@@ -250,6 +255,20 @@ class _RunProgress:
         return update
 
 
+@contextmanager
+def _lost_runs_reported(tracker: Tracker) -> Iterator[None]:
+    """Say which earlier runs the tracker marked FAILED because their process was gone."""
+    try:
+        yield
+    finally:
+        if names := tracker.lost_runs:
+            shown = ", ".join(names[:5]) + (", ..." if len(names) > 5 else "")
+            err_console.print(escape(
+                f"marked FAILED: {len(names)} earlier run(s) left RUNNING by a process that no longer exists "
+                f"(killed outright or out of memory): {shown}"
+            ))
+
+
 @app.command("run")
 def run_cmd(
     suite: Annotated[str, typer.Argument(help="Suite name (see `recurbench list suites`).")],
@@ -296,7 +315,7 @@ def run_cmd(
         _at_least(1, total_timesteps=total_timesteps)
         selection["total_timesteps"] = total_timesteps
     tracker = make_tracker(tracking_uri)
-    with Progress(
+    with _lost_runs_reported(tracker), Progress(
         TextColumn("{task.description}", markup=False), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=console
     ) as progress:
         result = run_suite(
@@ -373,7 +392,7 @@ def tune_cmd(
             err_console.print("[yellow]the profile's head layout uses a dilation outside the candidates; not enqueued[/yellow]")
         elif not study.get_trials(deepcopy=False):
             study.enqueue_trial(params, user_attrs={"paper_configuration": True})
-    with console.status(f"study {escape(spec.study_name)}: {trials} trials on {workers} worker(s)"):
+    with _lost_runs_reported(tracker), console.status(f"study {escape(spec.study_name)}: {trials} trials on {workers} worker(s)"):
         result = run_study(spec, objective, tracker)
     console.print(_table(f"study {result.study_name}", ["key", "value"], [
         ["storage", result.storage], ["trials", json.dumps(result.counts)], ["best trial", result.best_trial],

@@ -7,7 +7,11 @@ Conventions (every suite, study and benchmark follows them):
 * standard tags: ``suite``, ``profile``, ``model`` or ``agent``, ``dataset`` or ``env``, ``seed``,
   ``recurbench_version``, ``git_commit`` (when the code runs from a git checkout), ``device``;
 * a run whose body raises is ended ``FAILED`` with the error in the ``error`` tag (``KILLED`` on
-  Ctrl-C), and the exception propagates: a crash never leaves a run silently RUNNING or lost.
+  Ctrl-C), and the exception propagates: a crash never leaves a run silently RUNNING or lost;
+* every run is tagged with its process (``host``, ``pid``, ...: :mod:`recurbench.processes`). A
+  process killed outright (SIGKILL, out of memory) cannot close its runs, so the next process that
+  tracks to the same experiment on that machine marks such runs ``FAILED`` with an ``error`` tag
+  saying so (:func:`mark_lost_runs`), and comparisons show them as ``LOST`` until then.
 
 The default store is embedded: ``sqlite:///results/mlflow.db`` with artifacts under
 ``results/mlartifacts``. ``--tracking-uri`` (or ``MLFLOW_TRACKING_URI``) selects any other store.
@@ -33,6 +37,7 @@ from urllib.parse import unquote
 
 import recurbench
 from recurbench.errors import ConfigError
+from recurbench.processes import lost_reason, process_gone, process_tags
 from recurbench.runtime import allocator
 
 RESULTS_DIR = Path("results")
@@ -140,6 +145,11 @@ class Tracker(ABC):
     def open(self) -> None:  # noqa: B027 - a no-op unless the tracker has a store to open
         """Open the store now (a bad URI fails here), e.g. before a command writes elsewhere."""
 
+    @property
+    def lost_runs(self) -> list[str]:
+        """Names of earlier runs this tracker marked FAILED because their process was gone."""
+        return []
+
     @contextmanager
     def run(
         self,
@@ -151,7 +161,8 @@ class Tracker(ABC):
     ) -> Iterator[RunHandle]:
         """``parent``: the parent run, or its id (e.g. a study's parent run seen from a worker process)."""
         parent_id = parent if isinstance(parent, str) or parent is None else parent.run_id
-        handle = self._start(experiment, name, {k: str(v) for k, v in (tags or {}).items()}, parent_id)
+        tags = {**process_tags(), **{k: str(v) for k, v in (tags or {}).items()}}
+        handle = self._start(experiment, name, tags, parent_id)
         try:
             yield handle
         except KeyboardInterrupt as exc:
@@ -301,6 +312,11 @@ class MlflowTracker(Tracker):
     def __init__(self, tracking_uri: str | None = None) -> None:
         self.tracking_uri = resolve_tracking_uri(tracking_uri)
         self._experiments: dict[str, str] = {}
+        self._lost: list[str] = []
+
+    @property
+    def lost_runs(self) -> list[str]:
+        return list(self._lost)
 
     @functools.cached_property
     def client(self) -> Any:
@@ -330,6 +346,7 @@ class MlflowTracker(Tracker):
                     if found is None:
                         raise
                     self._experiments[experiment] = found.experiment_id
+            self._lost += mark_lost_runs(self.client, self._experiments[experiment])
         return self._experiments[experiment]
 
     def _start(self, experiment: str, name: str, tags: dict[str, str], parent_id: str | None) -> RunHandle:
@@ -342,6 +359,28 @@ class MlflowTracker(Tracker):
 
     def _end(self, run: RunHandle, status: str) -> None:
         self.client.set_terminated(run.run_id, status=status)
+
+
+def mark_lost_runs(client: Any, experiment_id: str) -> list[str]:
+    """Mark FAILED every RUNNING run of the experiment whose process is surely gone
+    (:func:`recurbench.processes.process_gone`), with the reason in its ``error`` tag; their names."""
+    from mlflow.entities import RunTag
+
+    lost: list[str] = []
+    token = None
+    while True:
+        page = client.search_runs(
+            [experiment_id], filter_string="attributes.status = 'RUNNING'", max_results=1000, page_token=token
+        )
+        for run in page:
+            tags = run.data.tags
+            if process_gone(tags, run.info.start_time):
+                client.log_batch(run.info.run_id, tags=[RunTag("error", lost_reason(tags))])
+                client.set_terminated(run.info.run_id, status="FAILED")
+                lost.append(run.info.run_name or run.info.run_id)
+        token = page.token
+        if not token:
+            return lost
 
 
 def make_tracker(tracking_uri: str | None = None, *, enabled: bool = True) -> Tracker:

@@ -21,7 +21,9 @@ Two choices decide which runs a comparison sees, and both are made here, once:
   rather than doubles a seed.
 
 Runs that did not finish (FAILED, KILLED, still RUNNING) never enter an aggregate; they are returned
-separately so that a table can list them.
+separately so that a table can list them. A RUNNING run whose process is surely gone (killed outright:
+:mod:`recurbench.processes`) is listed as ``LOST``; reading never changes the store (the next ``run``
+or ``tune`` on that machine marks it FAILED).
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ from typing import Any
 import pandas as pd
 
 from recurbench.errors import RecurbenchError
+from recurbench.processes import lost_reason, process_gone
 from recurbench.tracking import experiment_name, mlflow_client, resolve_tracking_uri, sqlite_file
 
 PARENT_TAG = "mlflow.parentRunId"
@@ -77,7 +80,7 @@ class SuiteRuns:
     """The profile kept (``None`` when runs carry no profile tag or all profiles were kept)."""
     finished: list[RunRecord]
     unfinished: list[RunRecord]
-    """Nested runs that are FAILED, KILLED or still RUNNING, newest first."""
+    """Nested runs that are FAILED, KILLED, LOST or still RUNNING, newest first."""
     superseded: int = 0
     """Finished runs dropped because a later run of the same configuration and seed exists."""
     other_settings: int = 0
@@ -126,12 +129,15 @@ def open_client(tracking_uri: str | None) -> tuple[Any, str]:
 
 
 def _record(run: Any) -> RunRecord:
+    status, tags = run.info.status, dict(run.data.tags)
+    if status == "RUNNING" and process_gone(tags, run.info.start_time):
+        status, tags["error"] = "LOST", lost_reason(tags)
     return RunRecord(
         run_id=run.info.run_id,
         name=run.info.run_name or run.data.tags.get("mlflow.runName", run.info.run_id),
-        status=run.info.status,
+        status=status,
         start_time=int(run.info.start_time or 0),
-        tags=dict(run.data.tags),
+        tags=tags,
         params=dict(run.data.params),
         metrics=dict(run.data.metrics),
         parent_id=run.data.tags.get(PARENT_TAG),
