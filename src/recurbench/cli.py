@@ -33,7 +33,7 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     add_completion=False,
 )
-data_app = typer.Typer(help="Datasets: list, verify checksums, fetch, inspect under the LTSF protocol.", no_args_is_help=True)
+data_app = typer.Typer(help="Datasets: list, verify checksums, fetch, info (splits and windows under the LTSF protocol).", no_args_is_help=True)
 bench_app = typer.Typer(help="Performance benchmarks (kernels, layers, training throughput).", no_args_is_help=True)
 app.add_typer(data_app, name="data")
 app.add_typer(bench_app, name="bench")
