@@ -87,6 +87,15 @@ def test_bench_rsa_rejects_an_unknown_baseline_attention():
     assert "--attention must be one of full, prob, got 'sparse'" in str(result.exception)
 
 
+def test_bench_rsa_names_the_head_layout_flags_when_the_layout_does_not_fit_the_heads():
+    result = runner.invoke(app, ["bench", "rsa", "--heads", "3"])
+    assert isinstance(result.exception, RecurbenchError)
+    assert str(result.exception) == (
+        "--k (0,2,2,0,2,2) --dilations [24,24,24,24]: REM head counts k1..k6 = (0, 2, 2, 0, 2, 2) sum to 8, "
+        "but the layer has 3 heads (give --k and --dilations for --heads 3)"
+    )
+
+
 @pytest.mark.parametrize("attention", ["full", "prob"])
 def test_bench_rsa_times_both_layers_of_either_baseline(attention):
     args = ["bench", "rsa", "--seq-len", "16", "--heads", "2", "--head-dim", "4", "--batch", "2", "--k", "(0,1,1,0,0,0)",

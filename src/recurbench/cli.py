@@ -517,6 +517,13 @@ def bench_rsa_cmd(
     if attention not in BASELINE_ATTENTIONS:
         raise RecurbenchError(f"--attention must be one of {', '.join(BASELINE_ATTENTIONS)}, got {attention!r}")
     _at_least(1, seq_len=seq_len, heads=heads, head_dim=head_dim, batch=batch, repeats=repeats, threads=threads)
+    from recurbench.errors import ConfigError
+    from recurbench.forecasters.layers.rsa import REMHeadConfig
+
+    try:
+        REMHeadConfig.from_table5(k1_k6, dilations).validate(heads)
+    except ConfigError as exc:
+        raise ConfigError(f"--k {k1_k6} --dilations {dilations}: {exc} (give --k and --dilations for --heads {heads})") from None
     result = bench_rsa(seq_len, heads, head_dim, batch, k1_k6=k1_k6, dilations=dilations, causal=causal,
                        attention=attention, impl=impl, pairs=repeats, threads=threads)
     if as_json:
