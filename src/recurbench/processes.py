@@ -11,7 +11,7 @@ The verdict errs on the side of "not known to be gone": a run is only declared l
 * it was started on a machine with this host name, and
 * on Linux, in the same boot and PID namespace, and the PID is now unused or belongs to a process
   started at another time (a reused PID) — or the run started before this machine last booted;
-* elsewhere, the PID is unused (a reused PID reads as alive).
+* elsewhere, the PID is unused (a reused PID reads as alive); on Windows, never.
 
 So runs of other machines sharing a store, or of other containers, are never touched.
 """
@@ -78,6 +78,8 @@ def process_tags() -> dict[str, str]:
 
 
 def _pid_unused(pid: int) -> bool:
+    if os.name == "nt":  # os.kill(pid, 0) would terminate the process there, not probe it
+        return False
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
