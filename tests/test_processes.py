@@ -66,3 +66,11 @@ def test_after_a_reboot_only_runs_started_before_it_are_gone(monkeypatch):
 def test_tags_without_a_pid_are_not_gone():
     assert process_gone({"host": process_tags()["host"]}) is False
     assert process_gone({"host": process_tags()["host"], "pid": "x"}) is False
+
+
+def test_without_proc_an_unused_pid_is_gone(monkeypatch):
+    """Where there is no /proc (macOS), liveness falls back to probing the PID."""
+    ended = _tags_of_an_ended_process()
+    monkeypatch.setattr(processes, "_boot_id", lambda: None)
+    assert process_gone(ended) is True
+    assert process_gone(process_tags()) is False
