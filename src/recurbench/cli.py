@@ -520,10 +520,8 @@ def bench_rsa_cmd(
     from recurbench.errors import ConfigError
     from recurbench.forecasters.layers.rsa import REMHeadConfig
 
-    try:
-        REMHeadConfig.from_table5(k1_k6, dilations).validate(heads)
-    except ConfigError as exc:
-        raise ConfigError(f"--k {k1_k6} --dilations {dilations}: {exc} (give --k and --dilations for --heads {heads})") from None
+    if (filled := REMHeadConfig.from_table5(k1_k6, dilations).n_heads) != heads:
+        raise ConfigError(f"--k {k1_k6} fills {filled} heads, but --heads is {heads}: give --k and --dilations for {heads} heads")
     result = bench_rsa(seq_len, heads, head_dim, batch, k1_k6=k1_k6, dilations=dilations, causal=causal,
                        attention=attention, impl=impl, pairs=repeats, threads=threads)
     if as_json:
