@@ -361,26 +361,32 @@ class MlflowTracker(Tracker):
         self.client.set_terminated(run.run_id, status=status)
 
 
+def search_all_runs(client: Any, experiment_id: str, filter_string: str = "") -> list[Any]:
+    """Every run of the experiment matching ``filter_string``, newest first (all of MLflow's pages)."""
+    runs: list[Any] = []
+    token = None
+    while True:
+        page = client.search_runs([experiment_id], filter_string=filter_string, max_results=1000,
+                                  order_by=["attributes.start_time DESC"], page_token=token)
+        runs.extend(page)
+        token = page.token
+        if not token:
+            return runs
+
+
 def mark_lost_runs(client: Any, experiment_id: str) -> list[str]:
     """Mark FAILED every RUNNING run of the experiment whose process is surely gone
     (:func:`recurbench.processes.process_gone`), with the reason in its ``error`` tag; their names."""
     from mlflow.entities import RunTag
 
     lost: list[str] = []
-    token = None
-    while True:
-        page = client.search_runs(
-            [experiment_id], filter_string="attributes.status = 'RUNNING'", max_results=1000, page_token=token
-        )
-        for run in page:
-            tags = run.data.tags
-            if process_gone(tags, run.info.start_time):
-                client.log_batch(run.info.run_id, tags=[RunTag("error", lost_reason(tags))])
-                client.set_terminated(run.info.run_id, status="FAILED")
-                lost.append(run.info.run_name or run.info.run_id)
-        token = page.token
-        if not token:
-            return lost
+    for run in search_all_runs(client, experiment_id, "attributes.status = 'RUNNING'"):
+        tags = run.data.tags
+        if process_gone(tags, run.info.start_time):
+            client.log_batch(run.info.run_id, tags=[RunTag("error", lost_reason(tags))])
+            client.set_terminated(run.info.run_id, status="FAILED")
+            lost.append(run.info.run_name or run.info.run_id)
+    return lost
 
 
 def make_tracker(tracking_uri: str | None = None, *, enabled: bool = True) -> Tracker:

@@ -40,7 +40,13 @@ import pandas as pd
 
 from recurbench.errors import RecurbenchError
 from recurbench.processes import lost_reason, process_gone
-from recurbench.tracking import experiment_name, mlflow_client, resolve_tracking_uri, sqlite_file
+from recurbench.tracking import (
+    experiment_name,
+    mlflow_client,
+    resolve_tracking_uri,
+    search_all_runs,
+    sqlite_file,
+)
 
 PARENT_TAG = "mlflow.parentRunId"
 EXECUTION_PARAMS = frozenset({"seed", "torch_threads"})
@@ -202,17 +208,6 @@ def suite_param_defaults(suite: str) -> dict[str, str]:
     return SUITES[suite]().param_defaults() if suite in SUITES else {}
 
 
-def _search_all(client: Any, experiment_id: str) -> list[Any]:
-    runs: list[Any] = []
-    token = None
-    while True:
-        page = client.search_runs([experiment_id], max_results=1000, order_by=["attributes.start_time DESC"], page_token=token)
-        runs.extend(page)
-        token = page.token
-        if not token:
-            return runs
-
-
 def load_runs(
     suite: str,
     config_keys: Sequence[str],
@@ -235,7 +230,7 @@ def load_runs(
         raise RecurbenchError(
             f"no experiment {name!r} in the MLflow store {uri}; experiments there: {', '.join(known) or 'none'}"
         )
-    runs = [_record(r) for r in _search_all(client, found.experiment_id)]  # newest first
+    runs = [_record(r) for r in search_all_runs(client, found.experiment_id)]  # newest first
     parents = [r for r in runs if r.tags.get("role") == "parent"]
     nested = [r for r in runs if r.tags.get("role") != "parent"]
     if not nested:
