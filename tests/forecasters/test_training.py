@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import torch
 from torch import nn
 from torch.utils.data import TensorDataset
@@ -138,3 +140,47 @@ def test_rsa_gate_lr_factor_sets_the_gates_apart_from_the_rem_parameters():
         elif kind in ("eta", "nu", "theta"):
             torch.testing.assert_close(split[name], 10 * step, rtol=1e-3, atol=1e-7, msg=name)
             torch.testing.assert_close(gates_fast[name], step, rtol=0, atol=0, msg=name)
+
+
+def test_one_check_per_epoch_is_informers_protocol_and_repeats_the_same_run():
+    from recurbench.forecasters.training import check_points
+
+    assert check_points(268, 1) == [268]
+    assert check_points(268, 4) == [67, 134, 201, 268]
+    assert check_points(3, 5) == [1, 2, 3]  # never more checks than batches, the last at the end
+    runs = []
+    for _ in range(2):
+        torch.manual_seed(0)
+        result = train(Scale(), windows(64), windows(16), 2, TrainConfig(epochs=3, batch_size=16, learning_rate=0.01))
+        runs.append(result)
+        assert [len(e.checks) for e in result.epochs] == [1, 1, 1]
+        assert [(c.batches, c.epoch_batches) for e in result.epochs for c in e.checks] == [(4, 4)] * 3
+        assert result.best_progress == result.best_epoch
+    assert [e.val_loss for e in runs[0].epochs] == [e.val_loss for e in runs[1].epochs]
+
+
+def test_checks_within_an_epoch_keep_the_best_weights_seen_at_any_of_them():
+    # Validation wants w = -1, training pulls w from 0 towards +1: the best weights are the very first
+    # ones validated, after one batch, which one check per epoch never sees.
+    cfg = TrainConfig(epochs=3, batch_size=8, learning_rate=0.02, lr_decay=1.0, patience=3, val_checks_per_epoch=8)
+    model = Scale(w=0.0)
+    seen = []
+    result = train(model, windows(64, 1.0), windows(32, -1.0), 2, cfg, on_check=seen.append)
+    losses = [c.val_loss for c in seen]
+    assert losses == sorted(losses)  # worse at every check
+    assert result.stopped_early and len(seen) == 4  # patience counts checks: best + 3 without improvement
+    assert [c.batches for c in seen] == [1, 2, 3, 4] and result.best_progress == 1 / 8 and result.best_epoch == 1
+    record = result.epochs[-1]
+    assert record.batches == 4 and record.val_loss == seen[-1].val_loss and record.checks == seen
+    assert abs(evaluate(model, windows(32, -1.0), 2)["mse"] - seen[0].val_loss) < 1e-9
+
+    one = train(Scale(w=0.0), windows(64, 1.0), windows(32, -1.0), 2, dataclasses.replace(cfg, val_checks_per_epoch=1))
+    assert one.best_progress == 1 and one.best_val_loss > result.best_val_loss
+
+
+def test_val_checks_per_epoch_must_be_a_positive_integer():
+    import pytest
+
+    for bad in (0, -2, 1.5, True):
+        with pytest.raises(ValueError, match=r"TrainConfig.val_checks_per_epoch: must be an integer >= 1, got"):
+            TrainConfig(val_checks_per_epoch=bad)

@@ -119,6 +119,7 @@ def test_invalid_rem_heads_fail_before_training(tmp_path, heads, message, data_d
         ("model.local_window=-2", r"model\.local_window: Input should be greater than or equal to 0"),
         ("model.prob_rows=top", r"model\.prob_rows: Input should be 'all' or 'active'"),
         ("training.lr_hold_epochs=0", r"training\.lr_hold_epochs: Input should be greater than 0"),
+        ("training.val_checks_per_epoch=0", r"training\.val_checks_per_epoch: Input should be greater than 0"),
         ("seeds=0", r"profiles\.quick\.seeds: Input should be greater than 0"),
         ("windows.ETTh1.24.seq_len=0", r"windows\.ETTh1\.24\.seq_len: Input should be greater than or equal to 1"),
         ("rem_heads.ETTh1.24.rsa_informer.dilations=[0]", r"rsa_informer\.dilations\.0: Input should be greater than 0"),
@@ -169,6 +170,23 @@ def test_tiny_run_logs_what_the_issue_asks(tmp_path, data_dir):
     by_model = {row[2]: row for row in rows}
     assert by_model["rsa_informer"][6] == "0.414 ± 0.014" and by_model["informer"][7] == "0.632 ± 0.076"
     assert by_model["informer"][4] == f"{runs['informer'].last('test_mse'):.3f}"  # one seed: no ± shown
+
+
+def test_checks_within_epochs_are_logged_at_their_training_batch(tmp_path, data_dir):
+    path = custom_suite(tmp_path, models=["informer"])
+    tracker = MemoryTracker()
+    overrides = ["training.max_train_batches=4", "training.val_checks_per_epoch=2"]
+    result = run_suite("ltsf", "quick", tracker, config_path=path, data_dir=str(data_dir), overrides=overrides)
+    assert not result.failed
+    (run,) = [r for r in tracker.runs if r.parent_id is not None]
+    assert run.params["training.val_checks_per_epoch"] == 2
+    checks = run.metrics["val_loss_check"]
+    assert [step for step, _ in checks] == [2, 4, 6, 8]  # after 2 and 4 of each epoch's 4 batches
+    assert [v for _, v in run.metrics["progress"]] == [0.5, 1.0, 1.5, 2.0]
+    # The epoch's val_loss is its last check, and the kept weights are those of the best check.
+    assert [v for _, v in run.metrics["val_loss"]] == [checks[1][1], checks[3][1]]
+    best = min(range(4), key=lambda i: checks[i][1])
+    assert run.last("best_epoch") == [0.5, 1.0, 1.5, 2.0][best]
 
 
 def test_summary_mean_and_std_over_seeds():

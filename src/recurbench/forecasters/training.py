@@ -57,10 +57,15 @@ class TrainConfig:
     rsa_gate_lr_factor: float | None = None
     """The gates' mu alone at ``learning_rate * rsa_gate_lr_factor``, so the REM parameters' rate and the
     gates' can be told apart; None = ``rsa_lr_factor`` for the gates too."""
+    val_checks_per_epoch: int = 1
+    """Validation checks per epoch, evenly spaced in batches, the last at the epoch's end. Each check can
+    become the best (its weights are the ones kept) and ``patience`` counts checks without improvement.
+    1 is Informer's protocol; more shows where within an epoch a model peaks (a model that overfits
+    within its first epoch, as RSA-Informer does on ETTh1, is only seen at its end with 1)."""
 
     def __post_init__(self) -> None:
         for name in ("epochs", "batch_size", "lr_hold_epochs", "patience", "max_train_batches", "max_val_batches",
-                     "eval_batch_size"):
+                     "eval_batch_size", "val_checks_per_epoch"):
             value = getattr(self, name)
             if value is None and name.startswith("max_"):
                 continue
@@ -80,21 +85,43 @@ class TrainConfig:
                 raise ValueError(f"TrainConfig.{name}: must be a positive number, got {value!r}")
 
 
+@dataclass(frozen=True)
+class ValCheck:
+    """One validation check: after ``batches`` training batches of ``epoch`` (of ``epoch_batches``)."""
+
+    epoch: int
+    batches: int
+    epoch_batches: int
+    val_loss: float
+
+    @property
+    def progress(self) -> float:
+        """Training done at this check, in epochs (``epoch`` itself at the epoch's end)."""
+        return self.epoch - 1 + self.batches / self.epoch_batches
+
+
 @dataclass
 class EpochRecord:
     epoch: int
     train_loss: float
     val_loss: float | None
+    """The validation loss at the epoch's last check (its end, unless early stopping came within it)."""
     learning_rate: float
     seconds: float
+    """Training time of the epoch, validation checks excluded."""
     batches: int
+    checks: list[ValCheck] = field(default_factory=list)
 
 
 @dataclass
 class TrainResult:
     epochs: list[EpochRecord] = field(default_factory=list)
     best_epoch: int | None = None
+    """The epoch of the check whose weights were kept."""
     best_val_loss: float | None = None
+    best_progress: float | None = None
+    """Training done at the kept weights, in epochs: ``best_epoch`` with one check per epoch, a fraction
+    of it with more (:attr:`TrainConfig.val_checks_per_epoch`)."""
     stopped_early: bool = False
 
     @property
@@ -165,18 +192,25 @@ def param_groups(
 
 EpochCallback = Callable[[EpochRecord], None]
 BatchCallback = Callable[[int, int], None]
+CheckCallback = Callable[[ValCheck], None]
+
+
+def check_points(n_batches: int, checks: int) -> list[int]:
+    """After how many of an epoch's ``n_batches`` batches to validate: ``checks`` points spread evenly,
+    the last at ``n_batches`` (fewer when the epoch has fewer batches than checks)."""
+    return sorted({max(1, round(n_batches * j / checks)) for j in range(1, checks + 1)})
 
 
 def train(
     model: nn.Module, train_set: Dataset, val_set: Dataset | None, pred_len: int, cfg: TrainConfig, *,
     on_epoch: EpochCallback | None = None, on_batch: BatchCallback | None = None,
-    generator: torch.Generator | None = None,
+    on_check: CheckCallback | None = None, generator: torch.Generator | None = None,
 ) -> TrainResult:
     """Train in place with Informer's scheme; returns the per-epoch record.
 
-    ``on_batch(done, total)`` reports progress within an epoch; ``on_epoch`` receives each epoch's
-    record as soon as it is known. Without a validation set (or one with no windows) there is no early
-    stopping and the last weights are kept.
+    ``on_batch(done, total)`` reports progress within an epoch; ``on_check`` receives each validation
+    check and ``on_epoch`` each epoch's record as soon as they are known. Without a validation set (or
+    one with no windows) there is no early stopping and the last weights are kept.
     """
     optimizer = torch.optim.Adam(
         param_groups(model, cfg.rsa_lr_factor, cfg.rsa_gate_lr_factor), lr=cfg.learning_rate
@@ -189,17 +223,36 @@ def train(
     n_batches = math.ceil(len(train_set) / cfg.batch_size)
     if cfg.max_train_batches is not None:
         n_batches = min(n_batches, cfg.max_train_batches)
+    points = set(check_points(n_batches, cfg.val_checks_per_epoch)) if has_val else set()
+
+    def validate(epoch: int, done: int) -> ValCheck:
+        nonlocal best_state, stale
+        loss = evaluate(model, val_set, pred_len, batch_size=cfg.eval_batch_size, max_batches=cfg.max_val_batches)
+        check = ValCheck(epoch, done, n_batches, loss["mse"])
+        if on_check is not None:
+            on_check(check)
+        if result.best_val_loss is None or check.val_loss < result.best_val_loss:
+            result.best_val_loss, result.best_epoch, result.best_progress = check.val_loss, epoch, check.progress
+            best_state = copy.deepcopy(model.state_dict())
+            stale = 0
+        else:
+            stale += 1
+            result.stopped_early = stale >= cfg.patience
+        return check
+
     for epoch in range(1, cfg.epochs + 1):
         lr = cfg.learning_rate * cfg.lr_decay ** max(0, epoch - cfg.lr_hold_epochs)
         for group in optimizer.param_groups:
             group["lr"] = lr * group["lr_factor"]
         model.train()
         start = time.perf_counter()
+        validating = 0.0
         total = 0.0
+        checks: list[ValCheck] = []
         loader = DataLoader(train_set, batch_size=cfg.batch_size, shuffle=True, generator=generator)
         done = 0
         for batch in loader:
-            if done >= n_batches:
+            if done >= n_batches or result.stopped_early:
                 break
             raise_if_terminated()  # a stop swallowed on its way (see recurbench.runtime)
             optimizer.zero_grad(set_to_none=True)
@@ -211,26 +264,20 @@ def train(
             done += 1
             if on_batch is not None:
                 on_batch(done, n_batches)
-        seconds = time.perf_counter() - start
-        val_loss = (
-            evaluate(model, val_set, pred_len, batch_size=cfg.eval_batch_size, max_batches=cfg.max_val_batches)["mse"]
-            if has_val else None
-        )
-        record = EpochRecord(epoch, total / max(1, done), val_loss, lr, seconds, done)
+            if done in points and done < n_batches:  # a check within the epoch; the last one comes below
+                began = time.perf_counter()
+                checks.append(validate(epoch, done))
+                validating += time.perf_counter() - began
+        seconds = time.perf_counter() - start - validating
+        if not result.stopped_early and has_val:
+            checks.append(validate(epoch, done))
+        record = EpochRecord(epoch, total / max(1, done), checks[-1].val_loss if checks else None, lr, seconds, done,
+                             checks)
         result.epochs.append(record)
         if on_epoch is not None:
             on_epoch(record)
-        if val_loss is None:
-            continue
-        if result.best_val_loss is None or val_loss < result.best_val_loss:
-            result.best_val_loss, result.best_epoch = val_loss, epoch
-            best_state = copy.deepcopy(model.state_dict())
-            stale = 0
-        else:
-            stale += 1
-            if stale >= cfg.patience:
-                result.stopped_early = True
-                break
+        if result.stopped_early:
+            break
     if best_state is not None:
         model.load_state_dict(best_state)
     model.eval()

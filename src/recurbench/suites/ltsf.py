@@ -35,6 +35,7 @@ from recurbench.forecasters.config import ForecasterConfig, RSASpec
 from recurbench.forecasters.models import ARCHITECTURES, build_network
 from recurbench.forecasters.training import (
     TrainConfig,
+    ValCheck,
     count_parameters,
     evaluate,
     forecast_example,
@@ -102,6 +103,8 @@ class TrainingSettings(StrictModel):
     """RSA gates and REM parameters train at learning_rate x this (TrainConfig.rsa_lr_factor)."""
     rsa_gate_lr_factor: float | None = Field(None, gt=0, allow_inf_nan=False)
     """The gates alone at learning_rate x this; null = rsa_lr_factor (TrainConfig.rsa_gate_lr_factor)."""
+    val_checks_per_epoch: PositiveInt = 1
+    """Validation checks per epoch; patience counts checks (TrainConfig.val_checks_per_epoch; 1 = Informer)."""
 
 
 _Dataset = known_name(DATASETS, "dataset")
@@ -192,6 +195,7 @@ class LTSFSuite(SuiteDefinition):
             lr_hold_epochs=ts.lr_hold_epochs,
             patience=ts.patience, max_train_batches=ts.max_train_batches, max_val_batches=ts.max_val_batches,
             rsa_lr_factor=ts.rsa_lr_factor, rsa_gate_lr_factor=ts.rsa_gate_lr_factor,
+            val_checks_per_epoch=ts.val_checks_per_epoch,
         )
         plans: list[RunPlan] = []
         for dataset in datasets:
@@ -293,14 +297,24 @@ class LTSFSuite(SuiteDefinition):
             progress(record.epoch, epochs,
                      f"epoch {record.epoch}/{epochs}: train {record.train_loss:.4f}{val} ({record.seconds:.0f} s)")
 
+        checks = job.training.val_checks_per_epoch
+
+        def on_check(check: ValCheck) -> None:
+            if checks == 1:
+                return  # the epoch's val_loss says it all
+            step = (check.epoch - 1) * check.epoch_batches + check.batches  # training batches so far
+            run.log_metrics({"val_loss_check": check.val_loss, "progress": check.progress}, step=step)
+            progress(check.progress, epochs, f"epoch {check.epoch}/{epochs}, batch {check.batches}/"
+                     f"{check.epoch_batches}: val {check.val_loss:.4f}")
+
         result = train(network, data.train.dataset(), data.val.dataset(), job.window.pred_len, job.training,
-                       on_epoch=on_epoch, on_batch=on_batch)
+                       on_epoch=on_epoch, on_batch=on_batch, on_check=on_check)
         test_set = data.test.dataset()
         test = evaluate(network, test_set, job.window.pred_len, batch_size=job.training.eval_batch_size)
         gates, rem = rsa_state(network)
         metrics = {
             "test_mse": test["mse"], "test_mae": test["mae"], "n_params": float(n_params),
-            "epochs_run": float(len(result.epochs)), "best_epoch": float(result.best_epoch or len(result.epochs)),
+            "epochs_run": float(len(result.epochs)), "best_epoch": float(result.best_progress or len(result.epochs)),
             "seconds_per_epoch": result.seconds_per_epoch,
         }
         run.log_metrics({**metrics, **{f"final_gate.{k}": v for k, v in gates.items()}})
