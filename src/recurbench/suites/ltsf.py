@@ -280,12 +280,14 @@ class LTSFSuite(SuiteDefinition):
         epochs = job.training.epochs
 
         def on_batch(done: int, total: int) -> None:
-            progress(epoch_index[0] + done / max(1, total), epochs, f"epoch {epoch_index[0] + 1}/{epochs}")
+            progress(epoch_index[0] + done / max(1, total), epochs, f"epoch {epoch_index[0] + 1}/{epochs}{last_check[0]}")
 
         epoch_index = [0]
+        last_check = [""]  # the latest check within the epoch, kept in the description until the next one
 
         def on_epoch(record: Any) -> None:
             epoch_index[0] = record.epoch
+            last_check[0] = ""
             metrics = {"train_loss": record.train_loss, "learning_rate": record.learning_rate,
                        "epoch_seconds": record.seconds}
             if record.val_loss is not None:
@@ -304,8 +306,8 @@ class LTSFSuite(SuiteDefinition):
                 return  # the epoch's val_loss says it all
             step = (check.epoch - 1) * check.epoch_batches + check.batches  # training batches so far
             run.log_metrics({"val_loss_check": check.val_loss, "progress": check.progress}, step=step)
-            progress(check.progress, epochs, f"epoch {check.epoch}/{epochs}, batch {check.batches}/"
-                     f"{check.epoch_batches}: val {check.val_loss:.4f}")
+            last_check[0] = f", batch {check.batches}/{check.epoch_batches}: val {check.val_loss:.4f}"
+            progress(check.progress, epochs, f"epoch {check.epoch}/{epochs}{last_check[0]}")
 
         result = train(network, data.train.dataset(), data.val.dataset(), job.window.pred_len, job.training,
                        on_epoch=on_epoch, on_batch=on_batch, on_check=on_check)
