@@ -310,3 +310,18 @@ def test_a_storage_in_a_new_folder_is_created_with_its_folder(tmp_path, kind):
     storage = make_storage(f"journal:{path}" if kind == "journal" else f"sqlite:///{path}")
     optuna.create_study(storage=storage, study_name="s").optimize(lambda t: t.suggest_float("x", 0, 1), n_trials=1)
     assert path.is_file()
+
+
+def test_with_checks_within_epochs_the_pruner_sees_every_check(tmp_path, data_dir):
+    from recurbench.tuning.objectives import LTSFObjective
+
+    sets = ("training.epochs=1", "training.max_train_batches=4", "training.val_checks_per_epoch=2",
+            "model.d_model=16", "model.d_ff=16")
+    objective = LTSFObjective("rsa_informer", "ETTh1", 24, "quick", str(data_dir), overrides=sets)
+    spec = StudySpec("checks", n_trials=1, storage=f"sqlite:///{tmp_path / 'o.db'}")
+    tracker = MemoryTracker()
+    run_study(spec, objective, tracker)
+    (trial,) = load_study(spec, "minimize").get_trials(deepcopy=False)
+    assert trial.state == TrialState.COMPLETE
+    assert sorted(trial.intermediate_values) == [2, 4]  # after 2 and 4 of the epoch's 4 batches
+    assert trial.value == min(trial.intermediate_values.values())  # the best check's weights are kept

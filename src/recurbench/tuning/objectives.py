@@ -108,7 +108,7 @@ class LTSFObjective(Objective):
         import torch
 
         from recurbench.forecasters.models import build_network
-        from recurbench.forecasters.training import train
+        from recurbench.forecasters.training import ValCheck, train
         from recurbench.seeding import seed_everything
 
         job = self.job
@@ -131,12 +131,20 @@ class LTSFObjective(Objective):
         torch.set_num_threads(1)
         network = build_network(self.model, network_cfg)
 
+        checks = training.val_checks_per_epoch
+
         def on_epoch(record: Any) -> None:
             run.log_metrics({"train_loss": record.train_loss}, step=record.epoch)
-            self.report(trial, run, float(record.val_loss), record.epoch, "val_loss")
+            if checks == 1:
+                self.report(trial, run, float(record.val_loss), record.epoch, "val_loss")
+
+        def on_check(check: ValCheck) -> None:
+            if checks > 1:  # the pruner sees every check, at its training batch
+                step = (check.epoch - 1) * check.epoch_batches + check.batches
+                self.report(trial, run, check.val_loss, step, "val_loss_check")
 
         result = train(network, self.data.train.dataset(), self.data.val.dataset(), job.window.pred_len, training,
-                       on_epoch=on_epoch)
+                       on_epoch=on_epoch, on_check=on_check)
         return float(result.best_val_loss)
 
 
