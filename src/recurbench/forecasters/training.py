@@ -99,6 +99,11 @@ class ValCheck:
         """Training done at this check, in epochs (``epoch`` itself at the epoch's end)."""
         return self.epoch - 1 + self.batches / self.epoch_batches
 
+    @property
+    def step(self) -> int:
+        """Training batches done at this check, over all epochs (the step its metrics are logged at)."""
+        return (self.epoch - 1) * self.epoch_batches + self.batches
+
 
 @dataclass
 class EpochRecord:

@@ -304,8 +304,7 @@ class LTSFSuite(SuiteDefinition):
         def on_check(check: ValCheck) -> None:
             if checks == 1:
                 return  # the epoch's val_loss says it all
-            step = (check.epoch - 1) * check.epoch_batches + check.batches  # training batches so far
-            run.log_metrics({"val_loss_check": check.val_loss, "progress": check.progress}, step=step)
+            run.log_metrics({"val_loss_check": check.val_loss, "progress": check.progress}, step=check.step)
             last_check[0] = f", batch {check.batches}/{check.epoch_batches}: val {check.val_loss:.4f}"
             progress(check.progress, epochs, f"epoch {check.epoch}/{epochs}{last_check[0]}")
 

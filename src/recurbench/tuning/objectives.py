@@ -140,8 +140,7 @@ class LTSFObjective(Objective):
 
         def on_check(check: ValCheck) -> None:
             if checks > 1:  # the pruner sees every check, at its training batch
-                step = (check.epoch - 1) * check.epoch_batches + check.batches
-                self.report(trial, run, check.val_loss, step, "val_loss_check")
+                self.report(trial, run, check.val_loss, check.step, "val_loss_check")
 
         result = train(network, self.data.train.dataset(), self.data.val.dataset(), job.window.pred_len, training,
                        on_epoch=on_epoch, on_check=on_check)
