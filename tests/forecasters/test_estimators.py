@@ -81,6 +81,19 @@ def test_rsa_lr_factor_reaches_the_gates():
     assert (np.abs(fast - 1.0) > 5 * np.abs(held - 1.0)).all()
 
 
+def test_val_checks_per_epoch_reaches_the_training_loop():
+    # Three checks per epoch validate at three points of the epoch, the last at its end; the default
+    # validates once, at the end (Informer's protocol).
+    y = hourly_frame(200)
+    once = InformerForecaster(**TINY, max_epochs=1, batch_size=16, val_size=0.25).fit(y, fh=[1, 2]).training_
+    thrice = InformerForecaster(**TINY, max_epochs=1, batch_size=16, val_size=0.25, val_checks_per_epoch=3)
+    record = thrice.fit(y, fh=[1, 2]).training_.epochs[0]
+    assert [c.batches for c in once.epochs[0].checks] == [once.epochs[0].batches]
+    batches = [c.batches for c in record.checks]
+    assert len(batches) == 3 and batches == sorted(set(batches)) and batches[-1] == record.batches
+    assert record.val_loss == record.checks[-1].val_loss
+
+
 @pytest.mark.parametrize(
     ("cls", "params", "message"),
     [
@@ -94,6 +107,11 @@ def test_rsa_lr_factor_reaches_the_gates():
         (InformerForecaster, {"learning_rate": float("nan")}, "InformerForecaster: learning_rate must be a positive finite number, got nan"),
         (InformerForecaster, {"dropout": 1.5}, "InformerForecaster: dropout must be a number in [0, 1), got 1.5"),
         (InformerForecaster, {"val_size": 1.0}, "InformerForecaster: val_size must be a number in [0, 1), got 1.0"),
+        (InformerForecaster, {"val_size": 0.25, "val_checks_per_epoch": 0},
+         "InformerForecaster: val_checks_per_epoch must be an integer >= 1, got 0"),
+        (InformerForecaster, {"val_checks_per_epoch": 2},
+         "InformerForecaster: val_checks_per_epoch=2 validates within an epoch, which needs a validation split: "
+         "set val_size > 0"),
         (InformerForecaster, {"factor": 0}, "InformerForecaster: factor must be an integer >= 1, got 0"),
         (InformerForecaster, {"e_layers": 0}, "InformerForecaster: e_layers must be an integer >= 1, got 0"),
         (InformerForecaster, {"d_model": 16.0}, "InformerForecaster: d_model must be an integer >= 1, got 16.0"),

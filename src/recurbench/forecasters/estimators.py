@@ -64,7 +64,9 @@ def _calendar(index: pd.Index) -> np.ndarray:
     return np.zeros((len(index), 0), dtype=np.float32)
 
 
-_MINIMUMS = {"seq_len": 1, "label_len": 0, "max_epochs": 1, "batch_size": 1, "patience": 1}
+_MINIMUMS = {
+    "seq_len": 1, "label_len": 0, "max_epochs": 1, "batch_size": 1, "patience": 1, "val_checks_per_epoch": 1,
+}
 """The integer hyperparameters checked by the estimator itself: the window lengths (``_fit`` shortens them
 to the data before the network's config sees them) and the training's (``TrainConfig`` names them
 differently). The network's fields are checked by :meth:`ForecasterConfig.check`."""
@@ -94,13 +96,15 @@ class WindowedTorchForecaster(BaseForecaster):
     model_name: ClassVar[str]
     _COMMON = (
         "seq_len", "label_len", "d_model", "n_heads", "e_layers", "d_layers", "d_ff", "dropout",
-        "max_epochs", "batch_size", "learning_rate", "patience", "val_size", "random_state",
+        "max_epochs", "batch_size", "learning_rate", "patience", "val_size", "val_checks_per_epoch",
+        "random_state",
     )
 
     def __init__(
         self, seq_len: int = 96, label_len: int = 48, d_model: int = 512, n_heads: int = 8, e_layers: int = 2,
         d_layers: int = 1, d_ff: int = 2048, dropout: float = 0.05, max_epochs: int = 6, batch_size: int = 32,
         learning_rate: float = 1e-4, patience: int = 3, val_size: float = 0.0, random_state: int | None = None,
+        val_checks_per_epoch: int = 1,
     ) -> None:
         self.seq_len = seq_len
         self.label_len = label_len
@@ -115,6 +119,7 @@ class WindowedTorchForecaster(BaseForecaster):
         self.learning_rate = learning_rate
         self.patience = patience
         self.val_size = val_size
+        self.val_checks_per_epoch = val_checks_per_epoch
         self.random_state = random_state
         super().__init__()
         # sktime (1.2) creates these only when remember_data is on at construction; a later
@@ -147,6 +152,11 @@ class WindowedTorchForecaster(BaseForecaster):
                 raise ConfigError(f"{name}: {param} must be an integer >= {minimum}, got {value!r}")
         if self.label_len > self.seq_len:
             raise ConfigError(f"{name}: label_len ({self.label_len}) must not exceed seq_len ({self.seq_len})")
+        if self.val_checks_per_epoch > 1 and not self.val_size:
+            raise ConfigError(
+                f"{name}: val_checks_per_epoch={self.val_checks_per_epoch} validates within an epoch, which "
+                "needs a validation split: set val_size > 0"
+            )
         for param, fits, rule in (
             ("learning_rate", lambda v: 0 < v < math.inf, "a positive finite number"),
             ("dropout", lambda v: 0 <= v < 1, "a number in [0, 1)"),
@@ -191,7 +201,7 @@ class WindowedTorchForecaster(BaseForecaster):
             cfg.check()
             train_cfg = TrainConfig(
                 epochs=self.max_epochs, batch_size=self.batch_size, learning_rate=self.learning_rate,
-                patience=self.patience, **self._training(),
+                patience=self.patience, val_checks_per_epoch=self.val_checks_per_epoch, **self._training(),
             )
         except ValueError as exc:  # ConfigError is one too
             raise ConfigError(f"{type(self).__name__}: {exc}") from None
@@ -271,6 +281,7 @@ class InformerForecaster(WindowedTorchForecaster):
         self, seq_len: int = 96, label_len: int = 48, d_model: int = 512, n_heads: int = 8, e_layers: int = 2,
         d_layers: int = 1, d_ff: int = 2048, dropout: float = 0.05, max_epochs: int = 6, batch_size: int = 32,
         learning_rate: float = 1e-4, patience: int = 3, val_size: float = 0.0, random_state: int | None = None,
+        val_checks_per_epoch: int = 1,
         factor: int = 5, attention: str = "prob", distil: bool = False, mix: bool = False,
     ) -> None:
         self.factor = factor
@@ -308,6 +319,7 @@ class LogSparseForecaster(WindowedTorchForecaster):
         self, seq_len: int = 96, label_len: int = 48, d_model: int = 512, n_heads: int = 8, e_layers: int = 2,
         d_layers: int = 1, d_ff: int = 2048, dropout: float = 0.05, max_epochs: int = 6, batch_size: int = 32,
         learning_rate: float = 1e-4, patience: int = 3, val_size: float = 0.0, random_state: int | None = None,
+        val_checks_per_epoch: int = 1,
         conv_kernel: int = 3, local_window: int = 0,
     ) -> None:
         self.conv_kernel = conv_kernel
@@ -338,6 +350,7 @@ class TransformerXLForecaster(WindowedTorchForecaster):
         self, seq_len: int = 96, label_len: int = 48, d_model: int = 512, n_heads: int = 8, e_layers: int = 2,
         d_layers: int = 1, d_ff: int = 2048, dropout: float = 0.05, max_epochs: int = 6, batch_size: int = 32,
         learning_rate: float = 1e-4, patience: int = 3, val_size: float = 0.0, random_state: int | None = None,
+        val_checks_per_epoch: int = 1,
         segment_len: int | None = None,
     ) -> None:
         self.segment_len = segment_len
@@ -410,6 +423,7 @@ class RSAInformerForecaster(_RSAMixin, InformerForecaster):
         self, seq_len: int = 96, label_len: int = 48, d_model: int = 512, n_heads: int = 8, e_layers: int = 2,
         d_layers: int = 1, d_ff: int = 2048, dropout: float = 0.05, max_epochs: int = 6, batch_size: int = 32,
         learning_rate: float = 1e-4, patience: int = 3, val_size: float = 0.0, random_state: int | None = None,
+        val_checks_per_epoch: int = 1,
         factor: int = 5, attention: str = "prob", distil: bool = False, mix: bool = False,
         rem_heads: tuple[int, ...] | None = None, rem_dilations: tuple[int, ...] | None = None, gate_init: float = 1.0,
         rsa_lr_factor: float = 1.0, rsa_gate_lr_factor: float | None = None, prob_rows: str = "all",
@@ -448,6 +462,7 @@ class RSALogSparseForecaster(_RSAMixin, LogSparseForecaster):
         self, seq_len: int = 96, label_len: int = 48, d_model: int = 512, n_heads: int = 8, e_layers: int = 2,
         d_layers: int = 1, d_ff: int = 2048, dropout: float = 0.05, max_epochs: int = 6, batch_size: int = 32,
         learning_rate: float = 1e-4, patience: int = 3, val_size: float = 0.0, random_state: int | None = None,
+        val_checks_per_epoch: int = 1,
         conv_kernel: int = 3, local_window: int = 0,
         rem_heads: tuple[int, ...] | None = None, rem_dilations: tuple[int, ...] | None = None, gate_init: float = 1.0,
         rsa_lr_factor: float = 1.0, rsa_gate_lr_factor: float | None = None,
@@ -484,6 +499,7 @@ class RSATransformerXLForecaster(_RSAMixin, TransformerXLForecaster):
         self, seq_len: int = 96, label_len: int = 48, d_model: int = 512, n_heads: int = 8, e_layers: int = 2,
         d_layers: int = 1, d_ff: int = 2048, dropout: float = 0.05, max_epochs: int = 6, batch_size: int = 32,
         learning_rate: float = 1e-4, patience: int = 3, val_size: float = 0.0, random_state: int | None = None,
+        val_checks_per_epoch: int = 1,
         segment_len: int | None = None,
         rem_heads: tuple[int, ...] | None = None, rem_dilations: tuple[int, ...] | None = None, gate_init: float = 1.0,
         rsa_lr_factor: float = 1.0, rsa_gate_lr_factor: float | None = None,
