@@ -108,10 +108,13 @@ def test_val_checks_per_epoch_reaches_the_training_loop():
         (InformerForecaster, {"dropout": 1.5}, "InformerForecaster: dropout must be a number in [0, 1), got 1.5"),
         (InformerForecaster, {"val_size": 1.0}, "InformerForecaster: val_size must be a number in [0, 1), got 1.0"),
         (InformerForecaster, {"val_size": 0.25, "val_checks_per_epoch": 0},
-         "InformerForecaster: val_checks_per_epoch must be an integer >= 1, got 0"),
+         "InformerForecaster: TrainConfig.val_checks_per_epoch: must be an integer >= 1, got 0"),
         (InformerForecaster, {"val_checks_per_epoch": 2},
-         "InformerForecaster: val_checks_per_epoch=2 validates within an epoch, which needs a validation split: "
-         "set val_size > 0"),
+         "InformerForecaster: val_checks_per_epoch=2 validates within an epoch, which needs validation rows: "
+         "val_size=0.0 leaves none of the 120"),
+        (InformerForecaster, {"val_size": 0.005, "val_checks_per_epoch": 2},
+         "InformerForecaster: val_checks_per_epoch=2 validates within an epoch, which needs validation rows: "
+         "val_size=0.005 leaves none of the 120"),
         (InformerForecaster, {"factor": 0}, "InformerForecaster: factor must be an integer >= 1, got 0"),
         (InformerForecaster, {"e_layers": 0}, "InformerForecaster: e_layers must be an integer >= 1, got 0"),
         (InformerForecaster, {"d_model": 16.0}, "InformerForecaster: d_model must be an integer >= 1, got 16.0"),

@@ -64,9 +64,7 @@ def _calendar(index: pd.Index) -> np.ndarray:
     return np.zeros((len(index), 0), dtype=np.float32)
 
 
-_MINIMUMS = {
-    "seq_len": 1, "label_len": 0, "max_epochs": 1, "batch_size": 1, "patience": 1, "val_checks_per_epoch": 1,
-}
+_MINIMUMS = {"seq_len": 1, "label_len": 0, "max_epochs": 1, "batch_size": 1, "patience": 1}
 """The integer hyperparameters checked by the estimator itself: the window lengths (``_fit`` shortens them
 to the data before the network's config sees them) and the training's (``TrainConfig`` names them
 differently). The network's fields are checked by :meth:`ForecasterConfig.check`."""
@@ -152,11 +150,6 @@ class WindowedTorchForecaster(BaseForecaster):
                 raise ConfigError(f"{name}: {param} must be an integer >= {minimum}, got {value!r}")
         if self.label_len > self.seq_len:
             raise ConfigError(f"{name}: label_len ({self.label_len}) must not exceed seq_len ({self.seq_len})")
-        if self.val_checks_per_epoch > 1 and not self.val_size:
-            raise ConfigError(
-                f"{name}: val_checks_per_epoch={self.val_checks_per_epoch} validates within an epoch, which "
-                "needs a validation split: set val_size > 0"
-            )
         for param, fits, rule in (
             ("learning_rate", lambda v: 0 < v < math.inf, "a positive finite number"),
             ("dropout", lambda v: 0 <= v < 1, "a number in [0, 1)"),
@@ -205,6 +198,11 @@ class WindowedTorchForecaster(BaseForecaster):
             )
         except ValueError as exc:  # ConfigError is one too
             raise ConfigError(f"{type(self).__name__}: {exc}") from None
+        if n_val == 0 and train_cfg.val_checks_per_epoch > 1:
+            raise ConfigError(
+                f"{type(self).__name__}: val_checks_per_epoch={train_cfg.val_checks_per_epoch} validates within an "
+                f"epoch, which needs validation rows: val_size={self.val_size!r} leaves none of the {n}"
+            )
         window = (seq_len, self.label_len_, pred_len)
         train_set = _ArrayWindows(scaled[:n_train], marks[:n_train], *window)
         # Validation windows start seq_len early so that their first input is complete (as the protocol).
