@@ -110,11 +110,14 @@ def test_val_checks_per_epoch_reaches_the_training_loop():
         (InformerForecaster, {"val_size": 0.25, "val_checks_per_epoch": 0},
          "InformerForecaster: TrainConfig.val_checks_per_epoch: must be an integer >= 1, got 0"),
         (InformerForecaster, {"val_checks_per_epoch": 2},
-         "InformerForecaster: val_checks_per_epoch=2 validates within an epoch, which needs validation rows: "
-         "val_size=0.0 leaves none of the 120"),
+         "InformerForecaster: val_checks_per_epoch=2 validates within an epoch, which needs validation windows: "
+         "val_size=0.0 leaves 0 of the 120 rows, and a window needs 2 (the horizon)"),
         (InformerForecaster, {"val_size": 0.005, "val_checks_per_epoch": 2},
-         "InformerForecaster: val_checks_per_epoch=2 validates within an epoch, which needs validation rows: "
-         "val_size=0.005 leaves none of the 120"),
+         "InformerForecaster: val_checks_per_epoch=2 validates within an epoch, which needs validation windows: "
+         "val_size=0.005 leaves 0 of the 120 rows, and a window needs 2 (the horizon)"),
+        (InformerForecaster, {"val_size": 0.01, "val_checks_per_epoch": 2},
+         "InformerForecaster: val_checks_per_epoch=2 validates within an epoch, which needs validation windows: "
+         "val_size=0.01 leaves 1 of the 120 rows, and a window needs 2 (the horizon)"),
         (InformerForecaster, {"factor": 0}, "InformerForecaster: factor must be an integer >= 1, got 0"),
         (InformerForecaster, {"e_layers": 0}, "InformerForecaster: e_layers must be an integer >= 1, got 0"),
         (InformerForecaster, {"d_model": 16.0}, "InformerForecaster: d_model must be an integer >= 1, got 16.0"),

@@ -198,16 +198,18 @@ class WindowedTorchForecaster(BaseForecaster):
             )
         except ValueError as exc:  # ConfigError is one too
             raise ConfigError(f"{type(self).__name__}: {exc}") from None
-        if n_val == 0 and train_cfg.val_checks_per_epoch > 1:
-            raise ConfigError(
-                f"{type(self).__name__}: val_checks_per_epoch={train_cfg.val_checks_per_epoch} validates within an "
-                f"epoch, which needs validation rows: val_size={self.val_size!r} leaves none of the {n}"
-            )
         window = (seq_len, self.label_len_, pred_len)
         train_set = _ArrayWindows(scaled[:n_train], marks[:n_train], *window)
         # Validation windows start seq_len early so that their first input is complete (as the protocol).
         val_start = max(0, n_train - seq_len)
         val_set = _ArrayWindows(scaled[val_start:], marks[val_start:], *window) if n_val else None
+        if train_cfg.val_checks_per_epoch > 1 and not (val_set is not None and len(val_set) > 0):
+            # the training loop's own test for validation (it would skip the checks silently)
+            raise ConfigError(
+                f"{type(self).__name__}: val_checks_per_epoch={train_cfg.val_checks_per_epoch} validates within an "
+                f"epoch, which needs validation windows: val_size={self.val_size!r} leaves {n_val} of the {n} rows, "
+                f"and a window needs {pred_len} (the horizon)"
+            )
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(self._seed())
             self.network_ = build_network(self.model_name, cfg)
