@@ -226,6 +226,23 @@ def test_a_bad_suite_config_fails_before_the_tracking_store_is_written(tmp_path,
     assert not store.exists() and not (tmp_path / "results").exists()
 
 
+def test_a_gpu_on_a_machine_without_one_is_refused_before_the_tracking_store_is_written(tmp_path, monkeypatch):
+    import torch
+
+    from recurbench.errors import ConfigError
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.chdir(tmp_path)
+    store = tmp_path / "store.db"
+    uri = ["--tracking-uri", f"sqlite:///{store}"]
+    tune = ["tune", "ltsf", "--model", "rsa_informer", "--dataset", "ETTh1", "--horizon", "24", "--trials", "1"]
+    for args in (["run", "ltsf", *uri], ["run", "minigrid", *uri], [*tune, *uri], ["bench", "forecast"]):
+        result = runner.invoke(app, [*args, "--device", "cuda:1"])
+        assert isinstance(result.exception, ConfigError), (args, result.output)
+        assert str(result.exception).startswith("--device: 'cuda:1' asks for a GPU, but "), args
+    assert not store.exists() and not (tmp_path / "results").exists()
+
+
 def test_progress_off_a_terminal_logs_one_line_per_change():
     import io
     from types import SimpleNamespace

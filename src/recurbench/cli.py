@@ -50,6 +50,12 @@ TrackingOpt = Annotated[
     typer.Option("--tracking-uri", help="MLflow tracking URI (default: $MLFLOW_TRACKING_URI, else sqlite:///results/mlflow.db)."),
 ]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
+DeviceOpt = Annotated[
+    str | None,
+    typer.Option("--device", help="Where to train: auto (a CUDA GPU when one is visible, else the CPU), cpu, cuda, "
+                 "cuda:N or mps. Default: auto for ltsf, cpu for minigrid (small recurrent policies; "
+                 "stable-baselines3's advice)."),
+]
 
 
 def main() -> None:
@@ -291,6 +297,7 @@ def run_cmd(
     ] = None,
     tracking_uri: TrackingOpt = None,
     data_dir: DataDirOpt = None,
+    device: DeviceOpt = None,
 ) -> None:
     """Run a suite profile; every configuration and seed becomes a nested MLflow run."""
     from recurbench.suites import run_suite
@@ -320,7 +327,7 @@ def run_cmd(
     ) as progress:
         result = run_suite(
             suite, profile, tracker, selection=selection, data_dir=data_dir, config_path=config,
-            overrides=overrides or (), progress_factory=_RunProgress(progress),
+            overrides=overrides or (), progress_factory=_RunProgress(progress), device=device,
         )
     header, rows = SUITES[suite]().summary_rows(result.outcomes)
     console.print(_table(f"{suite} / {profile}", header, rows))
@@ -356,32 +363,39 @@ def tune_cmd(
     ] = None,
     tracking_uri: TrackingOpt = None,
     data_dir: DataDirOpt = None,
+    device: DeviceOpt = None,
 ) -> None:
     """Optuna studies over REM head counts, dilations and gate initialisation; resumable, multi-worker."""
+    from recurbench.devices import describe_device, resolve_device
+    from recurbench.suites.runner import SUITES
     from recurbench.tracking import make_tracker
     from recurbench.tuning.objectives import LTSFObjective, MinigridObjective, write_best_profile
     from recurbench.tuning.study import StudySpec, default_study_name, load_study, run_study, settings_digest
 
     objective: LTSFObjective | MinigridObjective
     settings = tuple(overrides or ())
+    if suite not in ("ltsf", "minigrid"):
+        raise RecurbenchError(f"unknown suite {suite!r} for tune; choose ltsf or minigrid")
+    target_device = resolve_device(device or SUITES[suite]().default_device, what="--device")
     if suite == "ltsf":
         if dataset is None or horizon is None:
             raise RecurbenchError("tune ltsf needs --dataset and --horizon")
-        objective = LTSFObjective(model, dataset, horizon, profile, data_dir, tune_lr, seed, config, settings)
+        objective = LTSFObjective(model, dataset, horizon, profile, data_dir, tune_lr, seed, config, settings,
+                                  device=str(target_device))
         target = [dataset, str(horizon)]
         tags = {"dataset": dataset, "horizon": str(horizon)}
-    elif suite == "minigrid":
+    else:
         if env is None:
             raise RecurbenchError("tune minigrid needs --env (a pair from `recurbench list envs`)")
-        objective = MinigridObjective(model, env, profile, seed, config=config, overrides=settings)
+        objective = MinigridObjective(model, env, profile, seed, config=config, overrides=settings,
+                                      device=str(target_device))
         target, tags = [env], {"env": env}
-    else:
-        raise RecurbenchError(f"unknown suite {suite!r} for tune; choose ltsf or minigrid")
     objective.job  # noqa: B018 - resolve (and validate) the suite job before any worker starts
     spec = StudySpec(
         study_name=study_name or default_study_name(suite, model, *target, profile, settings_digest(config, settings)),
         n_trials=trials, storage=storage, workers=workers, timeout=timeout, seed=seed, pruner=pruner,
-        tracking_uri=tracking_uri, tags={"suite": suite, "profile": profile, "model": model, **tags},
+        tracking_uri=tracking_uri,
+        tags={"suite": suite, "profile": profile, "model": model, "device": describe_device(target_device), **tags},
     )
     tracker = make_tracker(tracking_uri)
     tracker.open()  # a bad tracking URI fails before the Optuna storage is created
@@ -541,13 +555,15 @@ def bench_forecast_cmd(
     threads: Annotated[int, typer.Option("--threads", help="torch intra-op threads (1 is fastest on a shared CPU).")] = 1,
     json_out: JsonOpt = False,
     data_dir: DataDirOpt = None,
+    device: DeviceOpt = None,
 ) -> None:
     """Seconds per training epoch of Informer on ETTh1 (paper settings: batch 32, d_model 512)."""
     from recurbench.forecasters.bench import bench_forecast
 
     _at_least(1, max_batches=max_batches, threads=threads)
     result = bench_forecast(
-        model=model, dataset=dataset, horizon=horizon, max_batches=max_batches, threads=threads, data_dir=data_dir
+        model=model, dataset=dataset, horizon=horizon, max_batches=max_batches, threads=threads, data_dir=data_dir,
+        device=device or "auto",
     )
     if json_out:
         _print_json(result)

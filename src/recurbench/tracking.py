@@ -75,23 +75,15 @@ def git_commit() -> str | None:
     return out.stdout.strip() or None if out.returncode == 0 else None
 
 
-def device_name() -> str:
-    import torch
-
-    if torch.cuda.is_available():
-        return f"cuda:{torch.cuda.get_device_name(0)}"
-    return "cpu"
-
-
 def standard_tags(**tags: Any) -> dict[str, str]:
-    """The given tags (None dropped) plus version, git commit, device and allocator
+    """The given tags (None dropped; the callers that train give ``device``, what
+    :func:`recurbench.devices.describe_device` says of it) plus version, git commit and allocator
     (:func:`recurbench.runtime.allocator`: whether glibc's allocator was tuned, which moves timings)."""
     out = {k: str(v) for k, v in tags.items() if v is not None}
     out["recurbench_version"] = recurbench.__version__
     commit = git_commit()
     if commit:
         out["git_commit"] = commit
-    out.setdefault("device", device_name())
     out.setdefault("allocator", allocator())
     return out
 

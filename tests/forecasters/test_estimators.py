@@ -122,6 +122,8 @@ def test_val_checks_per_epoch_reaches_the_training_loop():
         (InformerForecaster, {"e_layers": 0}, "InformerForecaster: e_layers must be an integer >= 1, got 0"),
         (InformerForecaster, {"d_model": 16.0}, "InformerForecaster: d_model must be an integer >= 1, got 16.0"),
         (LogSparseForecaster, {"conv_kernel": 0}, "LogSparseForecaster: conv_kernel must be an integer >= 1, got 0"),
+        (LogSparseForecaster, {"device": "gpu"},
+         "LogSparseForecaster: device: unknown device 'gpu'; expected auto, cpu, cuda, cuda:N or mps"),
         (LogSparseForecaster, {"local_window": -1}, "LogSparseForecaster: local_window must be an integer >= 0, got -1"),
         (RSAInformerForecaster, {"rem_heads": (2, 0, 0, 0, 0, 0), "gate_init": float("nan")},
          "RSAInformerForecaster: rsa.gate_init: must be a finite number, got nan"),

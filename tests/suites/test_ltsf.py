@@ -81,6 +81,14 @@ def test_bad_selection_fails_before_training(selection, message, data_dir):
     assert tracker.runs == []  # nothing started
 
 
+def test_a_device_this_machine_lacks_fails_before_training(data_dir):
+    tracker = MemoryTracker()
+    with pytest.raises(ConfigError) as info:
+        run_suite("ltsf", "quick", tracker, data_dir=str(data_dir), device="gpu")
+    assert str(info.value) == "--device: unknown device 'gpu'; expected auto, cpu, cuda, cuda:N or mps"
+    assert tracker.runs == []
+
+
 def test_horizon_longer_than_the_test_split(tmp_path, data_dir):
     windows = {"ETTh1": {3000: {"seq_len": 48, "label_len": 48, "e_layers": 1, "d_layers": 1}}}
     path = custom_suite(tmp_path, windows=windows, horizons={"ETTh1": [3000]}, models=["informer"])
@@ -139,9 +147,10 @@ def test_unknown_model_in_the_file_is_reported_with_its_path(tmp_path):
 def test_tiny_run_logs_what_the_issue_asks(tmp_path, data_dir):
     path = custom_suite(tmp_path)
     tracker = MemoryTracker()
-    result = run_suite("ltsf", "quick", tracker, config_path=path, data_dir=str(data_dir))
+    result = run_suite("ltsf", "quick", tracker, config_path=path, data_dir=str(data_dir), device="cpu")
     assert not result.failed and len(result.outcomes) == 2
     runs = {r.tags["model"]: r for r in tracker.runs if r.parent_id is not None}
+    assert {r.tags["device"] for r in tracker.runs} == {"cpu"}  # parent and nested runs: where they trained
     for run in runs.values():
         assert run.tags["dataset"] == "ETTh1" and run.tags["horizon"] == "24" and run.tags["seed"] == "0"
         assert [step for step, _ in run.metrics["train_loss"]] == [1, 2]

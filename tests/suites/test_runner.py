@@ -13,6 +13,7 @@ from recurbench.suites.runner import RunPlan, SuiteDefinition, SuiteFailed, run_
 from recurbench.tracking import MemoryTracker
 
 KNOWN = {"good": 1, "crash": 2}
+DEVICES: list = []  # what the runner handed to ToySuite.execute
 
 
 class ToyProfile(StrictModel):
@@ -35,9 +36,10 @@ class ToySuite(SuiteDefinition):
             for s in range(seeds)
         ]
 
-    def execute(self, plan, run, progress, *, data_dir):
+    def execute(self, plan, run, progress, *, data_dir, device):
         import torch
 
+        DEVICES.append(device)
         if plan.payload == "crash":
             raise RuntimeError("loss is NaN")
         value = float(torch.rand(()))  # seeded by the runner
@@ -183,3 +185,20 @@ def test_set_overrides_reach_the_run_params_and_the_parent(toy):
     parent, *children = tracker.runs
     assert parent.params["overrides"] == ["scale=2.5", "seeds=1"]
     assert [(c.name, c.params["scale"]) for c in children] == [("good-s0", 2.5)]
+
+
+def test_the_runner_resolves_the_device_once_hands_it_to_every_run_and_tags_it(toy, monkeypatch):
+    import torch
+
+    DEVICES.clear()
+    tracker = MemoryTracker()
+    run_suite("toy", "base", tracker, config_path=toy, device="CPU")
+    assert DEVICES == [torch.device("cpu")] * 2
+    assert [r.tags["device"] for r in tracker.runs] == ["cpu"] * 3  # the parent and both seeds
+    # Without --device the suite's default applies, and a default this machine lacks is refused up front.
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(ToySuite, "default_device", "cuda")
+    tracker = MemoryTracker()
+    with pytest.raises(ConfigError, match=r"^--device: 'cuda' asks for a GPU, but "):
+        run_suite("toy", "base", tracker, config_path=toy)
+    assert tracker.runs == [] and len(DEVICES) == 2

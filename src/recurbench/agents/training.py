@@ -127,9 +127,11 @@ def train_agent(
     seed: int = 0,
     run: RunHandle | None = None,
     progress: Callable[[float, float, str], None] = lambda *_: None,
+    device: str = "cpu",
 ) -> AgentResult:
-    """Train ``core`` on ``train_env``, then measure mean reward on ``train_env`` and ``test_env``."""
-    model = make_agent(core, train_env, ppo, core_settings, seed=seed)
+    """Train ``core`` on ``train_env`` (on ``device``), then measure mean reward on ``train_env`` and
+    ``test_env``."""
+    model = make_agent(core, train_env, ppo, core_settings, seed=seed, device=device)
     rollouts = max(1, total_timesteps // (ppo.n_envs * ppo.n_steps))
     callback = CurveCallback(run, total_timesteps, progress, log_every=max(1, rollouts // 200))
     start = time.perf_counter()

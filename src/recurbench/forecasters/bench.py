@@ -17,6 +17,7 @@ import torch
 from torch.utils.data import DataLoader
 
 from recurbench.data.protocol import WindowSpec, prepare
+from recurbench.devices import describe_device, resolve_device, synchronize
 from recurbench.errors import ConfigError
 from recurbench.forecasters.config import ForecasterConfig, RSASpec
 from recurbench.forecasters.models import ARCHITECTURES, build_network
@@ -25,10 +26,13 @@ from recurbench.forecasters.training import count_parameters, forecast_batch
 
 def bench_forecast(
     *, model: str = "informer", dataset: str = "ETTh1", horizon: int = 24, max_batches: int | None = None,
-    threads: int = 1, data_dir: str | None = None, seed: int = 0,
+    threads: int = 1, data_dir: str | None = None, seed: int = 0, device: str = "auto",
 ) -> dict[str, Any]:
-    """Time one training epoch (or ``max_batches`` of it, extrapolated); returns a JSON-able dict."""
+    """Time one training epoch (or ``max_batches`` of it, extrapolated) on ``device`` (see
+    :mod:`recurbench.devices`); returns a JSON-able dict."""
     from recurbench.suites.runner import load_profile
+
+    target = resolve_device(device, what="--device")
 
     if model not in ARCHITECTURES:
         raise ConfigError(f"unknown model {model!r}; known: {', '.join(ARCHITECTURES)}")
@@ -52,7 +56,7 @@ def bench_forecast(
         e_layers=setting.e_layers, d_layers=setting.d_layers, d_ff=ms.d_ff, dropout=ms.dropout,
         factor=setting.factor, attention=ms.attention, distil=ms.distil, mix=ms.mix, rsa=rsa,
     )
-    network = build_network(model, cfg).train()
+    network = build_network(model, cfg).to(target).train()
     batch_size = paper.training.batch_size
     optimizer = torch.optim.Adam(network.parameters(), lr=paper.training.learning_rate)
     loader = DataLoader(data.train.dataset(), batch_size=batch_size, shuffle=True)
@@ -67,6 +71,7 @@ def bench_forecast(
 
     batches = iter(loader)
     step(next(batches))  # warm-up (allocations, first-call overheads), not timed
+    synchronize(target)
     timed = 0
     start = time.perf_counter()
     for batch in loader:
@@ -74,6 +79,7 @@ def bench_forecast(
             break
         step(batch)
         timed += 1
+    synchronize(target)
     elapsed = time.perf_counter() - start
     per_batch = elapsed / max(1, timed)
     return {
@@ -82,5 +88,5 @@ def bench_forecast(
         "d_model": ms.d_model, "batch_size": batch_size, "threads": threads, "n_params": count_parameters(network),
         "total_batches": total_batches, "timed_batches": timed, "seconds_per_batch": per_batch,
         "seconds_per_epoch": per_batch * total_batches, "extrapolated": timed < total_batches,
-        "device": "cpu",
+        "device": describe_device(target),
     }

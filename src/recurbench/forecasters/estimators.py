@@ -25,10 +25,11 @@ import torch
 from sktime.forecasting.base import BaseForecaster, ForecastingHorizon
 
 from recurbench.data.protocol import StandardScaler, time_features
+from recurbench.devices import resolve_device, rng_devices
 from recurbench.errors import ConfigError
 from recurbench.forecasters.config import ForecasterConfig, RSASpec
 from recurbench.forecasters.models import build_network
-from recurbench.forecasters.training import TrainConfig, train
+from recurbench.forecasters.training import TrainConfig, model_device, train
 
 
 class _ArrayWindows(torch.utils.data.Dataset):
@@ -95,14 +96,14 @@ class WindowedTorchForecaster(BaseForecaster):
     _COMMON = (
         "seq_len", "label_len", "d_model", "n_heads", "e_layers", "d_layers", "d_ff", "dropout",
         "max_epochs", "batch_size", "learning_rate", "patience", "val_size", "val_checks_per_epoch",
-        "random_state",
+        "random_state", "device",
     )
 
     def __init__(
         self, seq_len: int = 96, label_len: int = 48, d_model: int = 512, n_heads: int = 8, e_layers: int = 2,
         d_layers: int = 1, d_ff: int = 2048, dropout: float = 0.05, max_epochs: int = 6, batch_size: int = 32,
         learning_rate: float = 1e-4, patience: int = 3, val_size: float = 0.0, random_state: int | None = None,
-        val_checks_per_epoch: int = 1,
+        val_checks_per_epoch: int = 1, device: str = "auto",
     ) -> None:
         self.seq_len = seq_len
         self.label_len = label_len
@@ -119,6 +120,7 @@ class WindowedTorchForecaster(BaseForecaster):
         self.val_size = val_size
         self.val_checks_per_epoch = val_checks_per_epoch
         self.random_state = random_state
+        self.device = device
         super().__init__()
         # sktime (1.2) creates these only when remember_data is on at construction; a later
         # set_config(remember_data=True) then expects them to exist.
@@ -161,6 +163,7 @@ class WindowedTorchForecaster(BaseForecaster):
 
     def _fit(self, y: pd.DataFrame, X: pd.DataFrame | None = None, fh: ForecastingHorizon | None = None):
         self._check_params()
+        device = resolve_device(self.device, what=f"{type(self).__name__}: device")
         steps = fh.to_relative(self.cutoff)
         pred_len = int(max(steps))
         n = len(y)
@@ -210,9 +213,9 @@ class WindowedTorchForecaster(BaseForecaster):
                 f"epoch, which needs validation windows: val_size={self.val_size!r} leaves {n_val} of the {n} rows, "
                 f"and a window needs {pred_len} (the horizon)"
             )
-        with torch.random.fork_rng(devices=[]):
+        with torch.random.fork_rng(devices=rng_devices(device)):
             torch.manual_seed(self._seed())
-            self.network_ = build_network(self.model_name, cfg)
+            self.network_ = build_network(self.model_name, cfg).to(device)
             generator = torch.Generator().manual_seed(self._seed())
             self.training_ = train(self.network_, train_set, val_set, pred_len, train_cfg, generator=generator)
         return self
@@ -233,12 +236,13 @@ class WindowedTorchForecaster(BaseForecaster):
         marks = _calendar(history.index.append(future_index))
         x_mark = marks[: self.seq_len_]
         y_mark = marks[self.seq_len_ - self.label_len_ :]
-        with torch.random.fork_rng(devices=[]), torch.no_grad():
+        device = model_device(self.network_)
+        with torch.random.fork_rng(devices=rng_devices(device)), torch.no_grad():
             torch.manual_seed(self._seed())  # ProbSparse samples keys: repeatable predictions
             self.network_.eval()
             out = self.network_(
-                torch.from_numpy(x)[None], torch.from_numpy(x_mark)[None], torch.from_numpy(y_mark)[None]
-            )[0].numpy()
+                *(torch.from_numpy(a)[None].to(device) for a in (x, x_mark, y_mark))
+            )[0].cpu().numpy()
         forecast = self.scaler_.inverse_transform(out.astype(np.float64))[steps - 1]
         return pd.DataFrame(forecast, index=fh.to_absolute_index(self.cutoff), columns=y.columns)
 
@@ -281,7 +285,7 @@ class InformerForecaster(WindowedTorchForecaster):
         self, seq_len: int = 96, label_len: int = 48, d_model: int = 512, n_heads: int = 8, e_layers: int = 2,
         d_layers: int = 1, d_ff: int = 2048, dropout: float = 0.05, max_epochs: int = 6, batch_size: int = 32,
         learning_rate: float = 1e-4, patience: int = 3, val_size: float = 0.0, random_state: int | None = None,
-        val_checks_per_epoch: int = 1,
+        val_checks_per_epoch: int = 1, device: str = "auto",
         factor: int = 5, attention: str = "prob", distil: bool = False, mix: bool = False,
     ) -> None:
         self.factor = factor
@@ -319,7 +323,7 @@ class LogSparseForecaster(WindowedTorchForecaster):
         self, seq_len: int = 96, label_len: int = 48, d_model: int = 512, n_heads: int = 8, e_layers: int = 2,
         d_layers: int = 1, d_ff: int = 2048, dropout: float = 0.05, max_epochs: int = 6, batch_size: int = 32,
         learning_rate: float = 1e-4, patience: int = 3, val_size: float = 0.0, random_state: int | None = None,
-        val_checks_per_epoch: int = 1,
+        val_checks_per_epoch: int = 1, device: str = "auto",
         conv_kernel: int = 3, local_window: int = 0,
     ) -> None:
         self.conv_kernel = conv_kernel
@@ -350,7 +354,7 @@ class TransformerXLForecaster(WindowedTorchForecaster):
         self, seq_len: int = 96, label_len: int = 48, d_model: int = 512, n_heads: int = 8, e_layers: int = 2,
         d_layers: int = 1, d_ff: int = 2048, dropout: float = 0.05, max_epochs: int = 6, batch_size: int = 32,
         learning_rate: float = 1e-4, patience: int = 3, val_size: float = 0.0, random_state: int | None = None,
-        val_checks_per_epoch: int = 1,
+        val_checks_per_epoch: int = 1, device: str = "auto",
         segment_len: int | None = None,
     ) -> None:
         self.segment_len = segment_len
@@ -423,7 +427,7 @@ class RSAInformerForecaster(_RSAMixin, InformerForecaster):
         self, seq_len: int = 96, label_len: int = 48, d_model: int = 512, n_heads: int = 8, e_layers: int = 2,
         d_layers: int = 1, d_ff: int = 2048, dropout: float = 0.05, max_epochs: int = 6, batch_size: int = 32,
         learning_rate: float = 1e-4, patience: int = 3, val_size: float = 0.0, random_state: int | None = None,
-        val_checks_per_epoch: int = 1,
+        val_checks_per_epoch: int = 1, device: str = "auto",
         factor: int = 5, attention: str = "prob", distil: bool = False, mix: bool = False,
         rem_heads: tuple[int, ...] | None = None, rem_dilations: tuple[int, ...] | None = None, gate_init: float = 1.0,
         rsa_lr_factor: float = 1.0, rsa_gate_lr_factor: float | None = None, prob_rows: str = "all",
@@ -462,7 +466,7 @@ class RSALogSparseForecaster(_RSAMixin, LogSparseForecaster):
         self, seq_len: int = 96, label_len: int = 48, d_model: int = 512, n_heads: int = 8, e_layers: int = 2,
         d_layers: int = 1, d_ff: int = 2048, dropout: float = 0.05, max_epochs: int = 6, batch_size: int = 32,
         learning_rate: float = 1e-4, patience: int = 3, val_size: float = 0.0, random_state: int | None = None,
-        val_checks_per_epoch: int = 1,
+        val_checks_per_epoch: int = 1, device: str = "auto",
         conv_kernel: int = 3, local_window: int = 0,
         rem_heads: tuple[int, ...] | None = None, rem_dilations: tuple[int, ...] | None = None, gate_init: float = 1.0,
         rsa_lr_factor: float = 1.0, rsa_gate_lr_factor: float | None = None,
@@ -499,7 +503,7 @@ class RSATransformerXLForecaster(_RSAMixin, TransformerXLForecaster):
         self, seq_len: int = 96, label_len: int = 48, d_model: int = 512, n_heads: int = 8, e_layers: int = 2,
         d_layers: int = 1, d_ff: int = 2048, dropout: float = 0.05, max_epochs: int = 6, batch_size: int = 32,
         learning_rate: float = 1e-4, patience: int = 3, val_size: float = 0.0, random_state: int | None = None,
-        val_checks_per_epoch: int = 1,
+        val_checks_per_epoch: int = 1, device: str = "auto",
         segment_len: int | None = None,
         rem_heads: tuple[int, ...] | None = None, rem_dilations: tuple[int, ...] | None = None, gate_init: float = 1.0,
         rsa_lr_factor: float = 1.0, rsa_gate_lr_factor: float | None = None,

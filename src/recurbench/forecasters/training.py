@@ -8,7 +8,8 @@ at most 6 epochs, early stopping on the validation loss with patience 3 and the 
 MSE and MAE are means over all windows, steps and series.
 
 Batches are ``(x, y, x_mark, y_mark)`` as :class:`recurbench.data.protocol.WindowDataset` yields them,
-with ``y`` = label_len + pred_len steps; the loss is on its last ``pred_len`` steps.
+with ``y`` = label_len + pred_len steps; the loss is on its last ``pred_len`` steps. Training and
+evaluation run where the model is (move it with ``model.to(device)``): each batch is moved to its device.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, Dataset
 
+from recurbench.devices import synchronize
 from recurbench.forecasters.layers.rsa import RSAMixer
 from recurbench.runtime import raise_if_terminated
 
@@ -134,9 +136,16 @@ class TrainResult:
         return sum(e.seconds for e in self.epochs) / max(1, len(self.epochs))
 
 
+def model_device(model: nn.Module) -> torch.device:
+    """Where ``model``'s parameters live (the CPU for a model without any)."""
+    first = next(model.parameters(), None)
+    return first.device if first is not None else torch.device("cpu")
+
+
 def forecast_batch(model: nn.Module, batch: tuple[torch.Tensor, ...], pred_len: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """(prediction, target), both ``[B, pred_len, C]``."""
-    x, y, x_mark, y_mark = batch
+    """(prediction, target), both ``[B, pred_len, C]``, on the model's device (the batch is moved there)."""
+    device = model_device(model)
+    x, y, x_mark, y_mark = (t.to(device, non_blocking=True) for t in batch)
     return model(x, x_mark, y_mark), y[:, -pred_len:, :]
 
 
@@ -252,7 +261,7 @@ def train(
         model.train()
         start = time.perf_counter()
         validating = 0.0
-        total = 0.0
+        total = torch.zeros((), dtype=torch.float64, device=model_device(model))  # read once, at the epoch's end
         checks: list[ValCheck] = []
         loader = DataLoader(train_set, batch_size=cfg.batch_size, shuffle=True, generator=generator)
         done = 0
@@ -265,18 +274,20 @@ def train(
             loss = loss_fn(pred, true)
             loss.backward()
             optimizer.step()
-            total += float(loss.detach())
+            total += loss.detach()
             done += 1
             if on_batch is not None:
                 on_batch(done, n_batches)
             if done in points and done < n_batches:  # a check within the epoch; the last one comes below
+                synchronize(total.device)  # the training batches' time is not the check's
                 began = time.perf_counter()
                 checks.append(validate(epoch, done))
                 validating += time.perf_counter() - began
+        train_loss = float(total) / max(1, done)  # waits for the device, so that the time below is complete
         seconds = time.perf_counter() - start - validating
         if not result.stopped_early and has_val:
             checks.append(validate(epoch, done))
-        record = EpochRecord(epoch, total / max(1, done), checks[-1].val_loss if checks else None, lr, seconds, done,
+        record = EpochRecord(epoch, train_loss, checks[-1].val_loss if checks else None, lr, seconds, done,
                              checks)
         result.epochs.append(record)
         if on_epoch is not None:

@@ -268,11 +268,13 @@ class LTSFSuite(SuiteDefinition):
 
     # ------------------------------------------------------------------------------------------ run
 
-    def execute(self, plan: RunPlan, run: RunHandle, progress: ProgressFn, *, data_dir: str | None) -> dict[str, float]:
+    def execute(
+        self, plan: RunPlan, run: RunHandle, progress: ProgressFn, *, data_dir: str | None, device: torch.device
+    ) -> dict[str, float]:
         job: LTSFJob = plan.payload
         torch.set_num_threads(job.torch_threads)
         data = _prepared(job.dataset, job.window, data_dir)
-        network = build_network(job.model, job.network)
+        network = build_network(job.model, job.network).to(device)
         n_params = count_parameters(network)
         run.log_metrics({"n_params": n_params})
         run.log_params({"n_params": n_params, "train_windows": data.train.n_windows,

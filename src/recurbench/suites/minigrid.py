@@ -21,7 +21,7 @@ import statistics
 from collections.abc import Mapping, Sequence
 from functools import lru_cache
 from importlib import resources
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 from pydantic import BaseModel, Field
 
@@ -39,6 +39,9 @@ from recurbench.suites.runner import (
     selected_seeds,
 )
 from recurbench.tracking import RunHandle
+
+if TYPE_CHECKING:
+    import torch
 
 
 class MinigridProfile(StrictModel):
@@ -66,6 +69,7 @@ def paper_table() -> dict[tuple[str, str], dict[str, float]]:
 class MinigridSuite(SuiteDefinition):
     name = "minigrid"
     profile_model = MinigridProfile
+    default_device = "cpu"  # small recurrent policies: stable-baselines3 advises the CPU for non-CNN policies
 
     def plan(self, profile: BaseModel, selection: Mapping[str, Any], *, data_dir: str | None) -> list[RunPlan]:
         assert isinstance(profile, MinigridProfile)
@@ -109,7 +113,9 @@ class MinigridSuite(SuiteDefinition):
         defaults = {"ppo": PPOSettings().model_dump(), "core_settings": CoreSettings().model_dump()}
         return {k: param_value(v) for k, v in flatten(defaults).items()}
 
-    def execute(self, plan: RunPlan, run: RunHandle, progress: ProgressFn, *, data_dir: str | None) -> dict[str, float]:
+    def execute(
+        self, plan: RunPlan, run: RunHandle, progress: ProgressFn, *, data_dir: str | None, device: torch.device
+    ) -> dict[str, float]:
         import torch
 
         from recurbench.agents.training import train_agent
@@ -118,7 +124,7 @@ class MinigridSuite(SuiteDefinition):
         torch.set_num_threads(1)  # small networks: one thread is fastest and leaves cores to the envs
         result = train_agent(
             core, pair.train, pair.test, total_timesteps=profile.total_timesteps, eval_episodes=profile.eval_episodes,
-            ppo=profile.ppo, core_settings=profile.core, seed=plan.seed, run=run, progress=progress,
+            ppo=profile.ppo, core_settings=profile.core, seed=plan.seed, run=run, progress=progress, device=str(device),
         )
         run.log_dict({"curve": result.curve}, "learning_curve.json")
         return {"train_reward": result.train_reward, "test_reward": result.test_reward,

@@ -26,15 +26,19 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel
 
 from recurbench.config import StrictModel, check_names, deep_merge, parse_overrides, read_yaml, validate
+from recurbench.devices import describe_device, resolve_device
 from recurbench.errors import ConfigError, RecurbenchError
 from recurbench.runtime import raise_if_terminated
 from recurbench.seeding import seed_everything
 from recurbench.tracking import RunHandle, Tracker, experiment_name, standard_tags
+
+if TYPE_CHECKING:
+    import torch
 
 #: Reports progress of one run: ``progress(completed, total, description)``.
 ProgressFn = Callable[[float, float, str], None]
@@ -79,6 +83,8 @@ class SuiteDefinition(ABC):
 
     name: str
     profile_model: type[StrictModel]
+    default_device: str = "auto"
+    """The device its runs train on when ``--device`` is not given (see :mod:`recurbench.devices`)."""
 
     @abstractmethod
     def plan(self, profile: BaseModel, selection: Mapping[str, Any], *, data_dir: str | None) -> list[RunPlan]:
@@ -87,9 +93,9 @@ class SuiteDefinition(ABC):
 
     @abstractmethod
     def execute(
-        self, plan: RunPlan, run: RunHandle, progress: ProgressFn, *, data_dir: str | None
+        self, plan: RunPlan, run: RunHandle, progress: ProgressFn, *, data_dir: str | None, device: torch.device
     ) -> dict[str, float]:
-        """Run one plan, logging to ``run``; returns its headline metrics."""
+        """Run one plan on ``device``, logging to ``run``; returns its headline metrics."""
 
     def param_defaults(self) -> dict[str, str]:
         """The value each logged setting takes when a run does not log it, as dotted param keys.
@@ -210,23 +216,28 @@ def run_suite(
     config_path: str | os.PathLike[str] | None = None,
     overrides: Sequence[str] = (),
     progress_factory: Callable[[RunPlan], ProgressFn] | None = None,
+    device: str | None = None,
 ) -> SuiteResult:
-    """Plan every run (all validation happens here, before training), then execute them in order."""
+    """Plan every run (all validation happens here, before training), then execute them in order, on
+    ``device`` (``--device``; None: the suite's :attr:`SuiteDefinition.default_device`)."""
     definition, cfg = load_profile(name, profile, config_path, overrides)
+    target = resolve_device(device or definition.default_device, what="--device")
     plans = definition.plan(cfg, dict(selection or {}), data_dir=data_dir)
     if not plans:
         raise ConfigError(f"suite {name!r} profile {profile!r}: the selection leaves no run to do")
     outcomes: list[RunOutcome] = []
     experiment = experiment_name(name)
     with tracker.run(
-        f"{name}-{profile}", experiment=experiment, tags=standard_tags(suite=name, profile=profile, role="parent")
+        f"{name}-{profile}", experiment=experiment,
+        tags=standard_tags(suite=name, profile=profile, role="parent", device=describe_device(target)),
     ) as parent:
         parent.log_params({"profile": profile, "n_runs": len(plans), "selection": dict(selection or {}),
                            "overrides": list(overrides)})
         for plan in plans:
             raise_if_terminated()
             progress = progress_factory(plan) if progress_factory else (lambda *_: None)
-            tags = standard_tags(suite=name, profile=profile, seed=plan.seed, **plan.tags)
+            tags = standard_tags(suite=name, profile=profile, seed=plan.seed, device=describe_device(target),
+                                 **plan.tags)
             start = time.perf_counter()
             outcome = RunOutcome(plan, "FAILED")
             try:
@@ -234,7 +245,7 @@ def run_suite(
                     outcome.run_id = run.run_id
                     run.log_params({**plan.params, "seed": plan.seed})
                     seed_everything(plan.seed)
-                    outcome.metrics = definition.execute(plan, run, progress, data_dir=data_dir)
+                    outcome.metrics = definition.execute(plan, run, progress, data_dir=data_dir, device=target)
                     outcome.seconds = time.perf_counter() - start
                     run.log_metrics({"wall_time_s": outcome.seconds})
                 outcome.status = "FINISHED"

@@ -35,6 +35,8 @@ class LTSFObjective(Objective):
     """A suite YAML to use instead of the shipped one (``--config``)."""
     overrides: tuple[str, ...] = ()
     """``--set KEY=VALUE`` items applied on top of the profile."""
+    device: str = "cpu"
+    """Where each trial trains (a resolved ``--device``, e.g. ``cuda:0``)."""
 
     suite = "ltsf"
     direction = "minimize"
@@ -129,7 +131,7 @@ class LTSFObjective(Objective):
         trial.set_user_attr("dilations", list(choice.dilations))
         seed_everything(self.seed)
         torch.set_num_threads(1)
-        network = build_network(self.model, network_cfg)
+        network = build_network(self.model, network_cfg).to(self.device)
 
         checks = training.val_checks_per_epoch
 
@@ -201,6 +203,8 @@ class MinigridObjective(Objective):
     """Override of the profile's budget per trial."""
     config: str | None = None
     overrides: tuple[str, ...] = ()
+    device: str = "cpu"
+    """Where each trial trains (a resolved ``--device``)."""
 
     suite = "minigrid"
     direction = "maximize"
@@ -271,7 +275,7 @@ class MinigridObjective(Objective):
                 if episodes:
                     report(trial, run, float(np.mean([ep["r"] for ep in episodes])), self.num_timesteps, "rollout_reward")
 
-        agent = make_agent(self.model, pair.train, ppo, core, seed=self.seed)
+        agent = make_agent(self.model, pair.train, ppo, core, seed=self.seed, device=self.device)
         try:
             agent.learn(self.total_timesteps or cfg.total_timesteps, callback=ReportReward())
         finally:
