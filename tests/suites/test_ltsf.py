@@ -22,9 +22,10 @@ def _one_thread():
 
 
 def custom_suite(tmp_path: Path, **changes) -> Path:
-    """The shipped suite with a tiny `quick` profile (changes applied on top)."""
+    """The shipped suite with a tiny `quick` profile of Informer and RSA-Informer (changes applied on top)."""
     raw = yaml.safe_load(suite_file("ltsf").read_text())
     quick = raw["profiles"]["quick"]
+    quick["models"] = ["informer", "rsa_informer"]
     quick["model"] = {**quick["model"], "d_model": 16, "d_ff": 16}
     quick["training"] = {**quick["training"], "epochs": 2, "max_train_batches": 2, "max_val_batches": 1}
     for key, value in changes.items():
@@ -179,6 +180,10 @@ def test_tiny_run_logs_what_the_issue_asks(tmp_path, data_dir):
     by_model = {row[2]: row for row in rows}
     assert by_model["rsa_informer"][6] == "0.414 ± 0.014" and by_model["informer"][7] == "0.632 ± 0.076"
     assert by_model["informer"][4] == f"{runs['informer'].last('test_mse'):.3f}"  # one seed: no ± shown
+    # Each RSA row against its baseline of the same invocation, beside the paper's change (0.414 / 0.762)
+    change = 100 * (runs["rsa_informer"].last("test_mse") / runs["informer"].last("test_mse") - 1)
+    assert header[9] == "MSE vs baseline (paper)"
+    assert by_model["rsa_informer"][9] == f"{change:+.1f} % (-45.7 %)" and by_model["informer"][9] == "-"
 
 
 def test_checks_within_epochs_are_logged_at_their_training_batch(tmp_path, data_dir):

@@ -338,7 +338,12 @@ class LTSFSuite(SuiteDefinition):
             job: LTSFJob = o.plan.payload
             groups.setdefault((job.dataset, job.window.pred_len, job.model), []).append(o)
         reference = paper_reference()
-        header = ["dataset", "horizon", "model", "seeds", "MSE", "MAE", "paper MSE", "paper MAE", "s/epoch"]
+        header = ["dataset", "horizon", "model", "seeds", "MSE", "MAE", "paper MSE", "paper MAE", "s/epoch",
+                  "MSE vs baseline (paper)"]
+        mean_mse = {
+            key: statistics.fmean(o.metrics["test_mse"] for o in done)
+            for key, group in groups.items() if (done := [o for o in group if o.status == "FINISHED"])
+        }
         rows = []
         for (dataset, horizon, model), group in groups.items():
             done = [o for o in group if o.status == "FINISHED"]
@@ -351,8 +356,26 @@ class LTSFSuite(SuiteDefinition):
                 f"{paper['mse_mean']:.3f} ± {paper['mse_std']:.3f}" if paper else "-",
                 f"{paper['mae_mean']:.3f} ± {paper['mae_std']:.3f}" if paper else "-",
                 f"{statistics.fmean(o.metrics['seconds_per_epoch'] for o in done):.1f}" if done else "-",
+                _versus_baseline(dataset, horizon, model, mean_mse, reference),
             ])
         return header, rows
+
+
+def _versus_baseline(
+    dataset: str, horizon: int, model: str, mean_mse: Mapping[tuple[str, int, str], float],
+    reference: Mapping[tuple[str, int, str], Mapping[str, float]],
+) -> str:
+    """An RSA row's mean test MSE relative to its baseline's in the same invocation, e.g. ``-14.3 %``,
+    with the paper's own change in brackets; ``-`` for a baseline or when the baseline did not run."""
+    base = ARCHITECTURES[model].baseline
+    if base is None or (dataset, horizon, model) not in mean_mse or (dataset, horizon, base) not in mean_mse:
+        return "-"
+    ours = 100 * (mean_mse[(dataset, horizon, model)] / mean_mse[(dataset, horizon, base)] - 1)
+    paper_rsa = reference.get((dataset, horizon, ARCHITECTURES[model].paper_name))
+    paper_base = reference.get((dataset, horizon, ARCHITECTURES[base].paper_name))
+    if paper_rsa is None or paper_base is None:
+        return f"{ours:+.1f} %"
+    return f"{ours:+.1f} % ({100 * (paper_rsa['mse_mean'] / paper_base['mse_mean'] - 1):+.1f} %)"
 
 
 def _mean_std(values: list[float]) -> str:

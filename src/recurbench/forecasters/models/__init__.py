@@ -18,15 +18,17 @@ class Architecture:
     rsa: bool
     paper_name: str
     """The model's column in the RSA paper's Table 1."""
+    baseline: str | None = None
+    """An RSA variant's baseline model (the same network without REMs)."""
 
 
 ARCHITECTURES: dict[str, Architecture] = {
     "informer": Architecture(Informer, False, "Informer"),
-    "rsa_informer": Architecture(Informer, True, "RSA-Informer"),
+    "rsa_informer": Architecture(Informer, True, "RSA-Informer", "informer"),
     "logsparse": Architecture(LogSparseTransformer, False, "LogSparse"),
-    "rsa_logsparse": Architecture(LogSparseTransformer, True, "RSA-LogSparse"),
+    "rsa_logsparse": Architecture(LogSparseTransformer, True, "RSA-LogSparse", "logsparse"),
     "xl": Architecture(TransformerXL, False, "XL"),
-    "rsa_xl": Architecture(TransformerXL, True, "RSA-XL"),
+    "rsa_xl": Architecture(TransformerXL, True, "RSA-XL", "xl"),
 }
 
 
