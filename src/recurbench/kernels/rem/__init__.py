@@ -128,15 +128,17 @@ def rem_mix(
     ``attn`` ``[B, Tq, H, D]`` is the baseline attention's per-head output, ``v`` ``[B, Tk, H, D]``,
     ``gate`` a 0-dim tensor (sigma(mu)); the other arguments as in :func:`rem_apply`. With ``impl``
     left to the default, square self-attention (no ``query_positions``) on a CPU with at most
-    :data:`LANES_MAX_STEPS` lane steps per head runs the fused path of :mod:`.lanes`; everything else
-    (and any explicit ``impl``) is :func:`rem_apply` and a ``lerp``."""
+    :data:`LANES_MAX_STEPS` lane steps per head runs the fused path of :mod:`.lanes` (except under
+    ``torch.compile``); everything else (and any explicit ``impl``) is :func:`rem_apply` and a ``lerp``."""
     if v.dim() != 4 or attn.dim() != 4:
         raise ValueError(f"attn and v must be [B, T, H, D], got {tuple(attn.shape)} and {tuple(v.shape)}")
     B, Tk, H, _ = v.shape
     if query_positions is None and attn.shape[1] != Tk:
         raise ValueError(f"query_positions is required when Tq ({attn.shape[1]}) != Tk ({Tk})")
     layout = make_layout(kind, dilation, H)
-    if impl is None and _lanes_apply(attn, v, layout, query_positions):
+    # The fused CPU path writes into strided slices of its output, which torch.compile cannot trace; a
+    # compiled caller gets rem_apply and a lerp, the same values in one graph.
+    if impl is None and not torch.compiler.is_compiling() and _lanes_apply(attn, v, layout, query_positions):
         _check_truncate(truncate)
         base, angle = head_params(layout, eta, nu, theta, v.dtype, v.device)
         g = gate.to(v.dtype)

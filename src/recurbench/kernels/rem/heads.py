@@ -82,8 +82,10 @@ def head_params(
             raise ValueError(f"{name} must be a scalar or have shape [{H}], got {tuple(x.shape)}")
         return x
 
-    any_reg = bool(is_reg.any())
-    any_cyc = not bool(is_reg.all())
+    # From the layout, not from is_reg: reading a device tensor back would synchronise with the GPU on
+    # every call and break torch.compile's graph (a data-dependent branch).
+    any_reg = "regular" in layout.kinds
+    any_cyc = any(k != "regular" for k in layout.kinds)
     eta_h = per_head("eta", eta, any_reg)
     nu_h = per_head("nu", nu, any_cyc)
     theta_h = per_head("theta", theta, any_cyc)
