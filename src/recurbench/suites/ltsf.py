@@ -340,13 +340,11 @@ class LTSFSuite(SuiteDefinition):
         reference = paper_reference()
         header = ["dataset", "horizon", "model", "seeds", "MSE", "MAE", "paper MSE", "paper MAE", "s/epoch",
                   "MSE vs baseline (paper)"]
-        mean_mse = {
-            key: statistics.fmean(o.metrics["test_mse"] for o in done)
-            for key, group in groups.items() if (done := [o for o in group if o.status == "FINISHED"])
-        }
+        finished = {key: [o for o in group if o.status == "FINISHED"] for key, group in groups.items()}
+        mean_mse = {key: statistics.fmean(o.metrics["test_mse"] for o in done) for key, done in finished.items() if done}
         rows = []
         for (dataset, horizon, model), group in groups.items():
-            done = [o for o in group if o.status == "FINISHED"]
+            done = finished[(dataset, horizon, model)]
             paper = reference.get((dataset, horizon, ARCHITECTURES[model].paper_name))
             seeds = f"{len(done)}/{len(group)}"
             rows.append([

@@ -222,6 +222,7 @@ def run_suite(
     ``device`` (``--device``; None: the suite's :attr:`SuiteDefinition.default_device`)."""
     definition, cfg = load_profile(name, profile, config_path, overrides)
     target = resolve_device(device or definition.default_device, what="--device")
+    device_tag = describe_device(target)
     plans = definition.plan(cfg, dict(selection or {}), data_dir=data_dir)
     if not plans:
         raise ConfigError(f"suite {name!r} profile {profile!r}: the selection leaves no run to do")
@@ -229,15 +230,14 @@ def run_suite(
     experiment = experiment_name(name)
     with tracker.run(
         f"{name}-{profile}", experiment=experiment,
-        tags=standard_tags(suite=name, profile=profile, role="parent", device=describe_device(target)),
+        tags=standard_tags(suite=name, profile=profile, role="parent", device=device_tag),
     ) as parent:
         parent.log_params({"profile": profile, "n_runs": len(plans), "selection": dict(selection or {}),
                            "overrides": list(overrides)})
         for plan in plans:
             raise_if_terminated()
             progress = progress_factory(plan) if progress_factory else (lambda *_: None)
-            tags = standard_tags(suite=name, profile=profile, seed=plan.seed, device=describe_device(target),
-                                 **plan.tags)
+            tags = standard_tags(suite=name, profile=profile, seed=plan.seed, device=device_tag, **plan.tags)
             start = time.perf_counter()
             outcome = RunOutcome(plan, "FAILED")
             try:
