@@ -7,16 +7,13 @@ from __future__ import annotations
 import pytest
 import torch
 
-from recurbench.forecasters.config import ForecasterConfig, RSASpec
 from recurbench.forecasters.models import build_network
 from recurbench.forecasters.training import evaluate, model_device
 
+from .test_models import CFG as MODELS_CFG
 from .windows import sine_windows
 
-CFG = ForecasterConfig(
-    n_features=1, n_marks=2, seq_len=16, label_len=8, pred_len=4, d_model=16, n_heads=4, e_layers=1,
-    d_layers=1, d_ff=16, dropout=0.0, segment_len=8, rsa=RSASpec(k=(1, 1, 1, 1, 0, 0), dilations=(2,)),
-)
+CFG = MODELS_CFG.with_(n_features=1)  # the network tests' tiny config, on the one-series sine windows
 cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 
 

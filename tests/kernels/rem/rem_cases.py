@@ -6,6 +6,12 @@ import torch
 
 ALL_KINDS = ["regular", "cos", "sin", "regular", "cos", "sin"]
 ALL_DILATIONS = [1, 1, 1, 2, 3, 24]
+# Two four-head layouts (kinds, dilations) that together hold all six REM types, each kind undilated and
+# dilated, with dilations 1, 2, 3 and 24: the Triton tests' cases (interpreter and GPU).
+TRITON_LAYOUTS = {
+    "reg1-cos2-sin3-sin24": (["regular", "cos", "sin", "sin"], [1, 2, 3, 24]),
+    "cos1-sin1-reg24-cos3": (["cos", "sin", "regular", "cos"], [1, 1, 24, 3]),
+}
 
 
 def make_params(H: int, dtype=torch.float64, seed: int = 0, requires_grad: bool = True):

@@ -9,7 +9,7 @@ import os
 
 import pytest
 import torch
-from rem_cases import make_params
+from rem_cases import TRITON_LAYOUTS, make_params
 
 pytestmark = pytest.mark.skipif(
     not torch.cuda.is_available() or os.environ.get("TRITON_INTERPRET") == "1"
@@ -20,10 +20,7 @@ pytestmark = pytest.mark.skipif(
 from recurbench.kernels.rem import rem_apply  # noqa: E402
 
 CUDA = torch.device("cuda")
-LAYOUTS = {
-    "reg1-cos2-sin3-sin24": (["regular", "cos", "sin", "sin"], [1, 2, 3, 24]),
-    "cos1-sin1-reg24-cos3": (["cos", "sin", "regular", "cos"], [1, 1, 24, 3]),
-}
+LAYOUTS = TRITON_LAYOUTS
 
 
 def _run(impl, v, kinds, dils, masked, truncate=None, pos=None, params=None):

@@ -9,7 +9,7 @@ import os
 
 import pytest
 import torch
-from rem_cases import make_params
+from rem_cases import TRITON_LAYOUTS, make_params
 
 pytestmark = [
     pytest.mark.triton_interpret,
@@ -19,13 +19,8 @@ pytestmark = [
 from recurbench.kernels.rem import rem_apply  # noqa: E402
 
 TOL = {torch.float64: dict(rtol=1e-10, atol=1e-10), torch.float32: dict(rtol=1e-4, atol=1e-4)}
-KINDS = ["regular", "cos", "sin", "sin"]
-# Two layouts that together hold all six REM types (each kind undilated and dilated), with
-# dilations 1, 2, 3 and 24.
-LAYOUTS = {
-    "reg1-cos2-sin3-sin24": (KINDS, [1, 2, 3, 24]),
-    "cos1-sin1-reg24-cos3": (["cos", "sin", "regular", "cos"], [1, 1, 24, 3]),
-}
+LAYOUTS = TRITON_LAYOUTS
+KINDS = LAYOUTS["reg1-cos2-sin3-sin24"][0]
 
 
 def _run(impl, v, dils, masked, truncate, pos=None, kinds=KINDS):
