@@ -366,7 +366,7 @@ def tune_cmd(
     device: DeviceOpt = None,
 ) -> None:
     """Optuna studies over REM head counts, dilations and gate initialisation; resumable, multi-worker."""
-    from recurbench.devices import describe_device, resolve_device
+    from recurbench.devices import describe_device
     from recurbench.suites.runner import SUITES
     from recurbench.tracking import make_tracker
     from recurbench.tuning.objectives import LTSFObjective, MinigridObjective, write_best_profile
@@ -376,7 +376,7 @@ def tune_cmd(
     settings = tuple(overrides or ())
     if suite not in ("ltsf", "minigrid"):
         raise RecurbenchError(f"unknown suite {suite!r} for tune; choose ltsf or minigrid")
-    target_device = resolve_device(device or SUITES[suite]().default_device, what="--device")
+    target_device = SUITES[suite]().target_device(device)
     if suite == "ltsf":
         if dataset is None or horizon is None:
             raise RecurbenchError("tune ltsf needs --dataset and --horizon")

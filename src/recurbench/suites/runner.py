@@ -86,6 +86,10 @@ class SuiteDefinition(ABC):
     default_device: str = "auto"
     """The device its runs train on when ``--device`` is not given (see :mod:`recurbench.devices`)."""
 
+    def target_device(self, device: str | None) -> torch.device:
+        """``--device`` (None: :attr:`default_device`) as a device this machine has, else a ConfigError."""
+        return resolve_device(device or self.default_device, what="--device")
+
     @abstractmethod
     def plan(self, profile: BaseModel, selection: Mapping[str, Any], *, data_dir: str | None) -> list[RunPlan]:
         """Expand a profile (narrowed by command-line ``selection``) into runs, validating everything
@@ -221,7 +225,7 @@ def run_suite(
     """Plan every run (all validation happens here, before training), then execute them in order, on
     ``device`` (``--device``; None: the suite's :attr:`SuiteDefinition.default_device`)."""
     definition, cfg = load_profile(name, profile, config_path, overrides)
-    target = resolve_device(device or definition.default_device, what="--device")
+    target = definition.target_device(device)
     device_tag = describe_device(target)
     plans = definition.plan(cfg, dict(selection or {}), data_dir=data_dir)
     if not plans:
