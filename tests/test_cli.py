@@ -109,6 +109,16 @@ def test_bench_rsa_times_both_layers_of_either_baseline(attention):
     assert out["rsa_attention_vs_sdpa"] == pytest.approx(out["time_rsa_attention_s"] / out["time_sdpa_alone_s"])
 
 
+def test_bench_rem_runs_where_device_says_and_names_it():
+    args = ["bench", "rem", "--seq-len", "32", "--heads", "6", "--head-dim", "4", "--batch", "1", "--repeats", "1",
+            "--threads", "1", "--device", "cpu", "--json"]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.output
+    out = json.loads(result.output)
+    assert out["device"] == "cpu" and out["default_impl"] == "chunked" and out["seq_len"] == 32
+    assert out["max_abs_err"] < 1e-4 and out["peak_mem_ratio"] > 0
+
+
 def test_bench_rsa_rejects_fewer_than_one_pair():
     result = runner.invoke(app, ["bench", "rsa", "--repeats", "0"])
     assert isinstance(result.exception, RecurbenchError)
@@ -236,7 +246,8 @@ def test_a_gpu_on_a_machine_without_one_is_refused_before_the_tracking_store_is_
     store = tmp_path / "store.db"
     uri = ["--tracking-uri", f"sqlite:///{store}"]
     tune = ["tune", "ltsf", "--model", "rsa_informer", "--dataset", "ETTh1", "--horizon", "24", "--trials", "1"]
-    for args in (["run", "ltsf", *uri], ["run", "minigrid", *uri], [*tune, *uri], ["bench", "forecast"]):
+    for args in (["run", "ltsf", *uri], ["run", "minigrid", *uri], [*tune, *uri], ["bench", "forecast"],
+                 ["bench", "rem"], ["bench", "rsa"]):
         result = runner.invoke(app, [*args, "--device", "cuda:1"])
         assert isinstance(result.exception, ConfigError), (args, result.output)
         assert str(result.exception).startswith("--device: 'cuda:1' asks for a GPU, but "), args

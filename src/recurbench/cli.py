@@ -57,6 +57,12 @@ DeviceOpt = Annotated[
                  "stable-baselines3's advice)."),
 ]
 
+BenchDeviceOpt = Annotated[
+    str,
+    typer.Option("--device", help="Where to run: auto (a CUDA GPU when one is visible, else the CPU), cpu, cuda, "
+                 "cuda:N or mps."),
+]
+
 
 def main() -> None:
     """Console entry point: user errors become one message and a non-zero exit code.
@@ -480,13 +486,17 @@ def bench_rem_cmd(
     sweep: Annotated[bool, typer.Option("--sweep", help="Also run T = 512, 1024, 2048, 4096, 8192.")] = False,
     repeats: Annotated[int, typer.Option("--repeats", help="Timed repetitions (median).")] = 3,
     threads: Annotated[int, typer.Option("--threads", help="torch CPU threads.")] = 2,
+    device: BenchDeviceOpt = "auto",
     as_json: JsonOpt = False,
 ) -> None:
     """REM operator: dense (paper, App. D.1) vs the default path (chunked on CPU, Triton on CUDA)."""
+    from recurbench.devices import resolve_device
     from recurbench.kernels.rem.bench import bench_rem, bench_rem_sweep
 
     _at_least(1, seq_len=seq_len, heads=heads, head_dim=head_dim, batch=batch, repeats=repeats, threads=threads)
-    kw = dict(heads=heads, head_dim=head_dim, batch=batch, masked=masked, repeats=repeats, threads=threads)
+    target = str(resolve_device(device, what="--device"))
+    kw = dict(heads=heads, head_dim=head_dim, batch=batch, masked=masked, repeats=repeats, threads=threads,
+              device=target)
     result: dict[str, Any] = bench_rem(seq_len, **kw)
     if sweep:
         result = {"main": result, "sweep": bench_rem_sweep(**kw)}
@@ -520,6 +530,7 @@ def bench_rsa_cmd(
         int, typer.Option("--repeats", help="Timed pairs of training steps (baseline and RSA, alternating order).")
     ] = 30,
     threads: Annotated[int, typer.Option("--threads", help="torch CPU threads.")] = 2,
+    device: BenchDeviceOpt = "auto",
     as_json: JsonOpt = False,
 ) -> None:
     """Training-step overhead of an RSA attention layer over the same layer without REMs."""
@@ -531,13 +542,15 @@ def bench_rsa_cmd(
     if attention not in BASELINE_ATTENTIONS:
         raise RecurbenchError(f"--attention must be one of {', '.join(BASELINE_ATTENTIONS)}, got {attention!r}")
     _at_least(1, seq_len=seq_len, heads=heads, head_dim=head_dim, batch=batch, repeats=repeats, threads=threads)
+    from recurbench.devices import resolve_device
     from recurbench.errors import ConfigError
     from recurbench.forecasters.layers.rsa import REMHeadConfig
 
+    target = str(resolve_device(device, what="--device"))
     if (filled := REMHeadConfig.from_table5(k1_k6, dilations).n_heads) != heads:
         raise ConfigError(f"--k {k1_k6} fills {filled} heads, but --heads is {heads}: give --k and --dilations for {heads} heads")
     result = bench_rsa(seq_len, heads, head_dim, batch, k1_k6=k1_k6, dilations=dilations, causal=causal,
-                       attention=attention, impl=impl, pairs=repeats, threads=threads)
+                       attention=attention, impl=impl, pairs=repeats, threads=threads, device=target)
     if as_json:
         return _print_json(result)
     console.print(_table("RSA layer training step", ["field", "value"], [[k, v] for k, v in result.items()]))
@@ -555,7 +568,7 @@ def bench_forecast_cmd(
     threads: Annotated[int, typer.Option("--threads", help="torch intra-op threads (1 is fastest on a shared CPU).")] = 1,
     json_out: JsonOpt = False,
     data_dir: DataDirOpt = None,
-    device: DeviceOpt = None,
+    device: BenchDeviceOpt = "auto",
 ) -> None:
     """Seconds per training epoch of Informer on ETTh1 (paper settings: batch 32, d_model 512)."""
     from recurbench.forecasters.bench import bench_forecast
@@ -563,7 +576,7 @@ def bench_forecast_cmd(
     _at_least(1, max_batches=max_batches, threads=threads)
     result = bench_forecast(
         model=model, dataset=dataset, horizon=horizon, max_batches=max_batches, threads=threads, data_dir=data_dir,
-        device=device or "auto",
+        device=device,
     )
     if json_out:
         _print_json(result)

@@ -1,4 +1,4 @@
-"""Where training runs: ``--device`` for ``run``, ``tune`` and ``bench forecast``, ``device`` for the
+"""Where work runs: ``--device`` for ``run``, ``tune`` and the ``bench`` commands, ``device`` for the
 sktime estimators.
 
 Accepted: ``auto`` (the first CUDA GPU when one is visible, else the CPU), ``cpu``, ``cuda``, ``cuda:N``,
@@ -79,3 +79,5 @@ def synchronize(device: torch.device) -> None:
 
     if device.type == "cuda":
         torch.cuda.synchronize(device)
+    elif device.type == "mps":
+        torch.mps.synchronize()

@@ -38,6 +38,7 @@ from typing import Any
 
 import torch
 
+from recurbench.devices import describe_device, resolve_device, synchronize
 from recurbench.kernels.rem import rem_apply
 
 SIX_TYPES = (("regular", 1), ("cos", 1), ("sin", 1), ("regular", 24), ("cos", 24), ("sin", 24))
@@ -82,12 +83,10 @@ def _time_calls(
         fn()
     wall, cpu = [], []
     for _ in range(repeats):
-        if device.type == "cuda":
-            torch.cuda.synchronize()
+        synchronize(device)
         w0, c0 = time.perf_counter(), time.process_time()
         fn()
-        if device.type == "cuda":
-            torch.cuda.synchronize()
+        synchronize(device)
         wall.append(time.perf_counter() - w0)
         cpu.append(time.process_time() - c0)
     return statistics.median(wall), statistics.median(cpu)
@@ -124,14 +123,17 @@ def _peak_worker(cfg: dict[str, Any], impl: str | None) -> int:
 
 def peak_memory(cfg: dict[str, Any], impl: str | None) -> int:
     """Peak extra memory (bytes) of one forward+backward (see the module docstring for the method)."""
-    if cfg["device"] == "cuda":
+    dev = torch.device(cfg["device"])
+    if dev.type == "cuda":
         v, params = _inputs(cfg)
-        torch.cuda.synchronize()
-        base = torch.cuda.memory_allocated()
-        torch.cuda.reset_peak_memory_stats()
+        synchronize(dev)
+        base = torch.cuda.memory_allocated(dev)
+        torch.cuda.reset_peak_memory_stats(dev)
         _fwd_bwd(v, params, impl)
-        torch.cuda.synchronize()
-        return torch.cuda.max_memory_allocated() - base
+        synchronize(dev)
+        return torch.cuda.max_memory_allocated(dev) - base
+    if dev.type != "cpu":
+        raise ValueError(f"peak memory is measured on the CPU and on CUDA only, not on {dev}")
     code = (
         "import json, sys; from recurbench.kernels.rem.bench import _peak_worker; "
         "print(_peak_worker(json.loads(sys.argv[1]), json.loads(sys.argv[2])))"
@@ -209,7 +211,7 @@ def bench_rem(
     dilation: int = 24,
     truncate: int | None = None,
     dtype: str = "float32",
-    device: str | None = None,
+    device: str = "auto",
     repeats: int = 3,
     threads: int = 2,
     dense: bool = True,
@@ -222,18 +224,16 @@ def bench_rem(
     Heads cycle through the six REM types (dilated ones with ``dilation``). The dense path is skipped
     (its fields ``None``) when ``dense_bytes_estimate`` exceeds ``dense_max_bytes``."""
     torch.set_num_threads(threads)
-    device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+    dev = resolve_device(device, what="--device")
     cfg = {
         "seq_len": seq_len, "heads": heads, "head_dim": head_dim, "batch": batch, "masked": masked,
-        "dilation": dilation, "truncate": truncate, "dtype": dtype, "device": device, "threads": threads,
+        "dilation": dilation, "truncate": truncate, "dtype": dtype, "device": str(dev), "threads": threads,
     }
-    dev = torch.device(device)
     v, params = _inputs(cfg)
     default_impl = "triton" if dev.type == "cuda" else "chunked"
     result: dict[str, Any] = {
         **{k: cfg[k] for k in ("seq_len", "heads", "head_dim", "batch", "masked", "dilation", "truncate", "dtype")},
-        "device": torch.cuda.get_device_name() if dev.type == "cuda" else "cpu",
-        "threads": torch.get_num_threads(), "default_impl": default_impl,
+        "device": describe_device(dev), "threads": torch.get_num_threads(), "default_impl": default_impl,
         "time_default_fwd_bwd_s": _timeit(lambda: _fwd_bwd(v, params, default_impl), repeats, dev),
         **_bandwidth_fields(v, params, default_impl, repeats),
     }
@@ -255,7 +255,10 @@ def bench_rem(
         result["speedup_fwd_bwd"] = result["time_dense_fwd_bwd_s"] / result["time_default_fwd_bwd_s"]
     else:
         result.update(max_abs_err=None, max_abs_err_vs_fp64=None, time_dense_fwd_bwd_s=None, speedup_fwd_bwd=None)
-    if memory:
+    if memory and dev.type not in ("cpu", "cuda"):
+        result.update(peak_mem_default_bytes=None, peak_mem_dense_bytes=None, peak_mem_ratio=None,
+                      peak_mem_method=f"not measured on {dev.type} (CPU and CUDA only)")
+    elif memory:
         del v, params
         result["peak_mem_default_bytes"] = peak_memory(cfg, default_impl)
         result["peak_mem_dense_bytes"] = peak_memory(cfg, "naive") if run_dense else None
@@ -300,7 +303,7 @@ def bench_rsa(
     impl: str | None = None,
     pairs: int = 30,
     threads: int = 2,
-    device: str | None = None,
+    device: str = "auto",
 ) -> dict[str, Any]:
     """Training step (forward, backward, Adam step) of an attention layer with and without REMs:
     ``attention="full"`` is :class:`RSAFullAttention` (softmax attention through SDPA), ``"prob"``
@@ -322,8 +325,7 @@ def bench_rsa(
     if attention not in BASELINE_ATTENTIONS:
         raise ValueError(f"attention must be one of {', '.join(BASELINE_ATTENTIONS)}, got {attention!r}")
     torch.set_num_threads(threads)
-    device = device or ("cuda" if torch.cuda.is_available() else "cpu")
-    dev = torch.device(device)
+    dev = resolve_device(device, what="--device")
     d_model = heads * head_dim
     heads_cfg = REMHeadConfig.from_table5(k1_k6, dilations)
     gen = torch.Generator().manual_seed(0)
@@ -373,7 +375,7 @@ def bench_rsa(
         "seq_len": seq_len, "heads": heads, "head_dim": head_dim, "d_model": d_model, "batch": batch,
         "k1_k6": heads_cfg.k, "dilations": heads_cfg.dilations, "causal": causal, "attention": attention,
         "impl": impl or "default",
-        "device": torch.cuda.get_device_name() if dev.type == "cuda" else "cpu", "threads": torch.get_num_threads(),
+        "device": describe_device(dev), "threads": torch.get_num_threads(),
         **timing,
         "time_sdpa_alone_s": core["time_baseline_step_s"],
         "time_rsa_attention_s": core["time_rsa_step_s"],
