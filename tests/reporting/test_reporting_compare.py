@@ -86,11 +86,14 @@ def test_suite_param_defaults_are_the_text_a_default_run_logs(data_dir):
                               data_dir=str(data_dir))
     logged = {k: param_value(v) for k, v in flatten(plan.params).items()}
     defaults = definition.param_defaults()
-    training = {k: v for k, v in defaults.items() if k.startswith("training.") and k != "training.lr_hold_epochs"}
+    changed = ("training.lr_hold_epochs", "training.rsa_lr_factor")  # shipped values that older runs lacked
+    training = {k: v for k, v in defaults.items() if k.startswith("training.") and k not in changed}
     assert training and all(logged[k] == v for k, v in training.items())
     # Runs from before lr_hold_epochs halved after every epoch: one that did not log it read as 1.
     assert (logged["training.lr_hold_epochs"], defaults["training.lr_hold_epochs"]) == ("2", "1")
-    assert (defaults["training.rsa_lr_factor"], defaults["rsa.keep_positional"]) == ("1.0", "False")
+    # Runs from before rsa_lr_factor trained every weight at one rate: read as 1, the paper profile ships 1000.
+    assert (logged["training.rsa_lr_factor"], defaults["training.rsa_lr_factor"]) == ("1000.0", "1.0")
+    assert defaults["rsa.keep_positional"] == "False"
     definition, quick = load_profile("minigrid", "quick")
     assert definition.param_defaults()["ppo.learning_rate"] == "0.001"
 

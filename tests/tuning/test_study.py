@@ -244,7 +244,7 @@ def test_tune_lr_writes_the_learning_rate_and_rsa_lr_factor_the_suite_then_train
 
     objective = LTSFObjective("rsa_informer", "ETTh1", 24, "quick", str(data_dir), tune_lr=True)
     baseline = objective.paper_params()
-    assert baseline is not None and (baseline["learning_rate"], baseline["rsa_lr_factor"]) == (1e-4, 1.0)
+    assert baseline is not None and (baseline["learning_rate"], baseline["rsa_lr_factor"]) == (1e-4, 1000.0)
     params = {"cyclical_pairs": 0, "dilated_regular_fraction": 0.0, "gate_init": 1.0,
               "learning_rate": 3e-4, "rsa_lr_factor": 50.0}
     dists = {"cyclical_pairs": IntDistribution(0, 4), "dilated_regular_fraction": FloatDistribution(0, 1),
