@@ -1,7 +1,7 @@
 """Benchmarks of the REM operator and of an RSA attention layer; each returns a plain dict.
 
 * :func:`bench_rem` -- dense reference ("paper", App. D.1) vs the default path (chunked on CPU,
-  Triton on CUDA): forward error, forward+backward time, peak memory.
+  Triton on CUDA where triton is installed): forward error, forward+backward time, peak memory.
 * :func:`bench_rem_sweep` -- the default path over T = 512 ... 8192 (dense where it fits), with the
   time per token to show linear scaling.
 * :func:`bench_rsa` -- training-step time of an RSA attention layer over the same layer without REMs
@@ -39,7 +39,7 @@ from typing import Any
 import torch
 
 from recurbench.devices import describe_device, resolve_device, synchronize
-from recurbench.kernels.rem import rem_apply
+from recurbench.kernels.rem import _resolve_impl, rem_apply
 
 SIX_TYPES = (("regular", 1), ("cos", 1), ("sin", 1), ("regular", 24), ("cos", 24), ("sin", 24))
 
@@ -230,7 +230,7 @@ def bench_rem(
         "dilation": dilation, "truncate": truncate, "dtype": dtype, "device": str(dev), "threads": threads,
     }
     v, params = _inputs(cfg)
-    default_impl = "triton" if dev.type == "cuda" else "chunked"
+    default_impl = _resolve_impl(None, v)  # what rem_apply runs by default: Triton on CUDA where installed
     result: dict[str, Any] = {
         **{k: cfg[k] for k in ("seq_len", "heads", "head_dim", "batch", "masked", "dilation", "truncate", "dtype")},
         "device": describe_device(dev), "threads": torch.get_num_threads(), "default_impl": default_impl,
