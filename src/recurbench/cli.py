@@ -490,13 +490,11 @@ def bench_rem_cmd(
     as_json: JsonOpt = False,
 ) -> None:
     """REM operator: dense (paper, App. D.1) vs the default path (chunked on CPU, Triton on CUDA)."""
-    from recurbench.devices import resolve_device
     from recurbench.kernels.rem.bench import bench_rem, bench_rem_sweep
 
     _at_least(1, seq_len=seq_len, heads=heads, head_dim=head_dim, batch=batch, repeats=repeats, threads=threads)
-    target = str(resolve_device(device, what="--device"))
     kw = dict(heads=heads, head_dim=head_dim, batch=batch, masked=masked, repeats=repeats, threads=threads,
-              device=target)
+              device=device)
     result: dict[str, Any] = bench_rem(seq_len, **kw)
     if sweep:
         result = {"main": result, "sweep": bench_rem_sweep(**kw)}
@@ -542,15 +540,13 @@ def bench_rsa_cmd(
     if attention not in BASELINE_ATTENTIONS:
         raise RecurbenchError(f"--attention must be one of {', '.join(BASELINE_ATTENTIONS)}, got {attention!r}")
     _at_least(1, seq_len=seq_len, heads=heads, head_dim=head_dim, batch=batch, repeats=repeats, threads=threads)
-    from recurbench.devices import resolve_device
     from recurbench.errors import ConfigError
     from recurbench.forecasters.layers.rsa import REMHeadConfig
 
-    target = str(resolve_device(device, what="--device"))
     if (filled := REMHeadConfig.from_table5(k1_k6, dilations).n_heads) != heads:
         raise ConfigError(f"--k {k1_k6} fills {filled} heads, but --heads is {heads}: give --k and --dilations for {heads} heads")
     result = bench_rsa(seq_len, heads, head_dim, batch, k1_k6=k1_k6, dilations=dilations, causal=causal,
-                       attention=attention, impl=impl, pairs=repeats, threads=threads, device=target)
+                       attention=attention, impl=impl, pairs=repeats, threads=threads, device=device)
     if as_json:
         return _print_json(result)
     console.print(_table("RSA layer training step", ["field", "value"], [[k, v] for k, v in result.items()]))
