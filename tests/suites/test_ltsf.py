@@ -66,6 +66,38 @@ def test_paper_plan_validates_every_setting(data_dir):
     assert [(p.name, p.seed) for p in later] == [("informer-ETTh1-24-s3", 3), ("informer-ETTh1-24-s4", 4)]
 
 
+def test_rsa_learning_rate_factors_reach_the_rsa_models_only(data_dir):
+    suite, paper = load_profile("ltsf", "paper")
+    pick = {"datasets": ["ETTh1"], "horizons": ["24"], "seeds": 1}
+    rates = {p.tags["model"]: (p.payload.training.rsa_lr_factor, p.params["training"]["rsa_lr_factor"])
+             for p in suite.plan(paper, pick, data_dir=str(data_dir))}
+    # The shipped factor for every RSA model; the baselines keep TrainConfig's 1 (it has nothing to scale),
+    # so their logged settings match their runs from before the factor changed.
+    assert rates == {"informer": (1.0, 1.0), "logsparse": (1.0, 1.0), "xl": (1.0, 1.0),
+                     "rsa_informer": (1000.0, 1000.0), "rsa_logsparse": (1000.0, 1000.0), "rsa_xl": (1000.0, 1000.0)}
+    suite, mixed = load_profile("ltsf", "paper", overrides=["training.rsa_lr_factor={rsa_informer: 1000, rsa_xl: 3}"])
+    rates = {p.tags["model"]: p.payload.training.rsa_lr_factor for p in suite.plan(mixed, pick, data_dir=str(data_dir))}
+    assert rates == {"informer": 1.0, "logsparse": 1.0, "xl": 1.0,
+                     "rsa_informer": 1000.0, "rsa_logsparse": 1.0, "rsa_xl": 3.0}  # left out: 1
+
+
+@pytest.mark.parametrize(
+    ("setting", "message"),
+    [
+        ("training.rsa_lr_factor={informer: 3}",
+         r"training\.rsa_lr_factor: 'informer' has no RSA parameters; per-model factors are for "
+         r"rsa_informer, rsa_logsparse, rsa_xl"),
+        ("training.rsa_lr_factor={rsa_informr: 3}",
+         r"training\.rsa_lr_factor: rsa_informr: unknown model 'rsa_informr'; known: informer, rsa_informer"),
+        ("training.rsa_lr_factor={rsa_xl: 0}", r"training\.rsa_lr_factor: rsa_xl: Input should be greater than 0 \("),
+        ("training.rsa_lr_factor=-1", r"training\.rsa_lr_factor: Input should be greater than 0 \(got -1\) \("),
+    ],
+)
+def test_bad_per_model_rsa_factors_are_refused_with_their_key(setting, message):
+    with pytest.raises(ConfigError, match=message):
+        load_profile("ltsf", "paper", overrides=[setting])
+
+
 @pytest.mark.parametrize(
     ("selection", "message"),
     [

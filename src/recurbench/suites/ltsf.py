@@ -19,13 +19,21 @@ from __future__ import annotations
 import csv
 import statistics
 from collections.abc import Mapping, Sequence
-from dataclasses import MISSING, asdict, dataclass, fields
+from dataclasses import MISSING, asdict, dataclass, fields, replace
 from functools import lru_cache
 from importlib import resources
 from typing import Annotated, Any, Literal
 
 import torch
-from pydantic import BaseModel, Field, NonNegativeInt, PositiveInt
+from pydantic import (
+    BaseModel,
+    Field,
+    NonNegativeInt,
+    PositiveInt,
+    ValidationError,
+    ValidatorFunctionWrapHandler,
+    field_validator,
+)
 
 from recurbench.config import StrictModel, Unique, check_unique, known_name
 from recurbench.data import DATASETS
@@ -89,6 +97,10 @@ class ModelSettings(StrictModel):
     """RSA-Informer: REM term on every ProbSparse query row or on the active ones only (RSASpec.prob_rows)."""
 
 
+_Factor = Annotated[float, Field(gt=0, allow_inf_nan=False)]
+_Model = known_name(ARCHITECTURES, "model")
+
+
 class TrainingSettings(StrictModel):
     epochs: PositiveInt = 6
     batch_size: PositiveInt = 32
@@ -99,16 +111,41 @@ class TrainingSettings(StrictModel):
     patience: PositiveInt = 3
     max_train_batches: PositiveInt | None = None
     max_val_batches: PositiveInt | None = None
-    rsa_lr_factor: float = Field(1.0, gt=0, allow_inf_nan=False)
-    """RSA gates and REM parameters train at learning_rate x this (TrainConfig.rsa_lr_factor)."""
+    rsa_lr_factor: _Factor | dict[_Model, _Factor] = 1.0
+    """RSA gates and REM parameters train at learning_rate x this (TrainConfig.rsa_lr_factor): one factor
+    for every RSA model, or one per model (``{rsa_informer: 1000, rsa_xl: 1}``; an RSA model left out
+    trains at 1). Models without RSA parameters ignore it (and log TrainConfig's defaults)."""
     rsa_gate_lr_factor: float | None = Field(None, gt=0, allow_inf_nan=False)
     """The gates alone at learning_rate x this; null = rsa_lr_factor (TrainConfig.rsa_gate_lr_factor)."""
     val_checks_per_epoch: PositiveInt = 1
     """Validation checks per epoch; patience counts checks (TrainConfig.val_checks_per_epoch; 1 = Informer)."""
 
+    @field_validator("rsa_lr_factor", mode="wrap")
+    @classmethod
+    def _one_error(cls, value: Any, handler: ValidatorFunctionWrapHandler) -> Any:
+        """A bad factor is reported once, by the form it was given in (a number or a mapping), not once
+        per branch of the union."""
+        try:
+            return handler(value)
+        except ValidationError as exc:
+            other_form = "float_type" if isinstance(value, dict) else "dict_type"
+            first = next((e for e in exc.errors() if e["type"] != other_form), exc.errors()[0])
+            where = ".".join(str(part) for part in first["loc"][1:] if part != "[key]")
+            message = first["msg"].removeprefix("Value error, ")
+            raise ValueError(f"{where}: {message}" if where else message) from None
+
+    @field_validator("rsa_lr_factor")
+    @classmethod
+    def _rsa_models_only(cls, value: float | dict[str, float]) -> float | dict[str, float]:
+        if isinstance(value, dict):
+            plain = [m for m in value if not ARCHITECTURES[m].rsa]
+            if plain:
+                rsa = ", ".join(m for m, arch in ARCHITECTURES.items() if arch.rsa)
+                raise ValueError(f"{plain[0]!r} has no RSA parameters; per-model factors are for {rsa}")
+        return value
+
 
 _Dataset = known_name(DATASETS, "dataset")
-_Model = known_name(ARCHITECTURES, "model")
 
 
 class LTSFProfile(StrictModel):
@@ -126,6 +163,15 @@ class LTSFProfile(StrictModel):
     torch_threads: PositiveInt = 1
     """Intra-op threads per run. 1 by default: on a shared 2-core machine, torch's spinning worker
     threads make 2 threads several times slower than 1 as soon as another process competes."""
+
+
+def _training_for(model: str, shared: TrainConfig, ts: TrainingSettings) -> TrainConfig:
+    """``shared`` with ``model``'s RSA learning-rate factors; a model without RSA parameters keeps
+    TrainConfig's defaults, so that a baseline's logged settings do not change with them."""
+    if not ARCHITECTURES[model].rsa:
+        return shared
+    factor = ts.rsa_lr_factor if not isinstance(ts.rsa_lr_factor, dict) else ts.rsa_lr_factor.get(model, shared.rsa_lr_factor)
+    return replace(shared, rsa_lr_factor=factor, rsa_gate_lr_factor=ts.rsa_gate_lr_factor)
 
 
 def _field_defaults(cls: type) -> dict[str, Any]:
@@ -190,11 +236,10 @@ class LTSFSuite(SuiteDefinition):
         seeds = selected_seeds(selection, profile.seeds)
         chosen_horizons = _selected_horizons(selection["horizons"]) if selection.get("horizons") else None
         ms, ts = profile.model, profile.training
-        training = TrainConfig(
+        shared = TrainConfig(
             epochs=ts.epochs, batch_size=ts.batch_size, learning_rate=ts.learning_rate, lr_decay=ts.lr_decay,
             lr_hold_epochs=ts.lr_hold_epochs,
             patience=ts.patience, max_train_batches=ts.max_train_batches, max_val_batches=ts.max_val_batches,
-            rsa_lr_factor=ts.rsa_lr_factor, rsa_gate_lr_factor=ts.rsa_gate_lr_factor,
             val_checks_per_epoch=ts.val_checks_per_epoch,
         )
         plans: list[RunPlan] = []
@@ -217,6 +262,7 @@ class LTSFSuite(SuiteDefinition):
                     raise ConfigError(f"{dataset} (horizon {horizon}): {exc}") from None
                 _check_windows(data, f"{dataset} horizon {horizon}")
                 for model in models:
+                    training = _training_for(model, shared, ts)
                     rsa = None
                     if ARCHITECTURES[model].rsa:
                         heads = profile.rem_heads.get(dataset, {}).get(horizon, {}).get(model)
