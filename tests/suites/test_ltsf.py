@@ -71,10 +71,14 @@ def test_rsa_learning_rate_factors_reach_the_rsa_models_only(data_dir):
     pick = {"datasets": ["ETTh1"], "horizons": ["24"], "seeds": 1}
     rates = {p.tags["model"]: (p.payload.training.rsa_lr_factor, p.params["training"]["rsa_lr_factor"])
              for p in suite.plan(paper, pick, data_dir=str(data_dir))}
-    # The shipped factor for every RSA model; the baselines keep TrainConfig's 1 (it has nothing to scale),
+    # The shipped factor of each RSA model; the baselines keep TrainConfig's 1 (it has nothing to scale),
     # so their logged settings match their runs from before the factor changed.
     assert rates == {"informer": (1.0, 1.0), "logsparse": (1.0, 1.0), "xl": (1.0, 1.0),
-                     "rsa_informer": (1000.0, 1000.0), "rsa_logsparse": (1000.0, 1000.0), "rsa_xl": (1000.0, 1000.0)}
+                     "rsa_informer": (1000.0, 1000.0), "rsa_logsparse": (1.0, 1.0), "rsa_xl": (1.0, 1.0)}
+    suite, one = load_profile("ltsf", "paper", overrides=["training.rsa_lr_factor=1000"])
+    rates = {p.tags["model"]: p.payload.training.rsa_lr_factor for p in suite.plan(one, pick, data_dir=str(data_dir))}
+    assert rates == {"informer": 1.0, "logsparse": 1.0, "xl": 1.0,
+                     "rsa_informer": 1000.0, "rsa_logsparse": 1000.0, "rsa_xl": 1000.0}
     suite, mixed = load_profile("ltsf", "paper", overrides=["training.rsa_lr_factor={rsa_informer: 1000, rsa_xl: 3}"])
     rates = {p.tags["model"]: p.payload.training.rsa_lr_factor for p in suite.plan(mixed, pick, data_dir=str(data_dir))}
     assert rates == {"informer": 1.0, "logsparse": 1.0, "xl": 1.0,

@@ -143,7 +143,8 @@ def test_set_overrides_one_profile_setting_and_leaves_the_others():
     assert paper.training.batch_size == 32 and paper.horizons["ETTh2"] == [24, 48, 168, 336]  # untouched
     # The shipped profiles share YAML anchors; an override must not leak into another profile.
     _, paper_again = load_profile("ltsf", "paper")
-    assert paper_again.training.rsa_lr_factor == 1000.0 and paper_again.model.keep_positional is False
+    assert paper_again.training.rsa_lr_factor == {"rsa_informer": 1000.0, "rsa_logsparse": 1.0, "rsa_xl": 1.0}
+    assert paper_again.model.keep_positional is False
 
 
 def test_set_reaches_settings_under_integer_keys():

@@ -380,7 +380,8 @@ class _RSAMixin:
     """REM heads for an RSA estimator: ``rem_heads`` = (k1..k6), ``rem_dilations`` one per dilated head;
     ``gate_init`` the gates' mu at start; ``rsa_lr_factor`` the gates' and REM parameters' learning rate
     as a multiple of ``learning_rate`` (:attr:`recurbench.forecasters.training.TrainConfig.rsa_lr_factor`;
-    default 1000, as the ltsf suite, whose ``ltsf.yaml`` says why; 1 = one rate for every weight);
+    each estimator's default is the ltsf suite's for its model, whose ``ltsf.yaml`` says why: 1000 for
+    RSA-Informer, 1 = one rate for every weight for RSA-LogSparse and RSA-XL);
     ``rsa_gate_lr_factor`` the gates' alone, if given (``TrainConfig.rsa_gate_lr_factor``)."""
 
     rem_heads: tuple[int, ...] | None
@@ -470,7 +471,7 @@ class RSALogSparseForecaster(_RSAMixin, LogSparseForecaster):
         val_checks_per_epoch: int = 1, device: str = "auto",
         conv_kernel: int = 3, local_window: int = 0,
         rem_heads: tuple[int, ...] | None = None, rem_dilations: tuple[int, ...] | None = None, gate_init: float = 1.0,
-        rsa_lr_factor: float = 1000.0, rsa_gate_lr_factor: float | None = None,
+        rsa_lr_factor: float = 1.0, rsa_gate_lr_factor: float | None = None,
     ) -> None:
         self.rem_heads = rem_heads
         self.rem_dilations = rem_dilations
@@ -507,7 +508,7 @@ class RSATransformerXLForecaster(_RSAMixin, TransformerXLForecaster):
         val_checks_per_epoch: int = 1, device: str = "auto",
         segment_len: int | None = None,
         rem_heads: tuple[int, ...] | None = None, rem_dilations: tuple[int, ...] | None = None, gate_init: float = 1.0,
-        rsa_lr_factor: float = 1000.0, rsa_gate_lr_factor: float | None = None,
+        rsa_lr_factor: float = 1.0, rsa_gate_lr_factor: float | None = None,
     ) -> None:
         self.rem_heads = rem_heads
         self.rem_dilations = rem_dilations

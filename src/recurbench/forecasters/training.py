@@ -56,7 +56,7 @@ class TrainConfig:
     ``learning_rate * rsa_lr_factor``, halved with it. At 1 (Informer's scheme for every weight) Adam moves
     each of them by at most ~lr per step: about 0.05 over a 6-epoch ETTh1 run, so the gates and REMs stay
     near their initialisation. The RSA paper tunes its RSA hyperparameters by grid search (App. D.4); the
-    ltsf suite and the sktime estimators use 1000 (see ``ltsf.yaml``)."""
+    ltsf suite and RSAInformerForecaster use 1000 for RSA-Informer (see ``ltsf.yaml``)."""
     rsa_gate_lr_factor: float | None = None
     """The gates' mu alone at ``learning_rate * rsa_gate_lr_factor``, so the REM parameters' rate and the
     gates' can be told apart; None = ``rsa_lr_factor`` for the gates too."""
