@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import pytest
 import torch
-from rem_cases import make_params
+from rem_cases import TRITON_LAYOUTS, make_params
 
 from recurbench.kernels.rem import rem_apply, rem_mix
 
-KINDS, DILATIONS = ["cos", "sin", "regular", "cos"], [1, 1, 24, 3]
+KINDS, DILATIONS = TRITON_LAYOUTS["cos1-sin1-reg24-cos3"]  # the three kinds, dilations 1, 3 and 24
 
 
 @pytest.mark.parametrize("impl", ["naive", "chunked"])
