@@ -57,6 +57,11 @@ DeviceOpt = Annotated[
                  "stable-baselines3's advice)."),
 ]
 
+SettingsOpt = Annotated[
+    str,
+    typer.Option("--settings", help="Which runs a configuration shows when it was run with different settings: "
+                 "shipped (those at the settings its profile ships now, else the newest run's) or newest."),
+]
 BenchDeviceOpt = Annotated[
     str,
     typer.Option("--device", help="Where to run: auto (a CUDA GPU when one is visible, else the CPU), cpu, cuda, "
@@ -434,6 +439,7 @@ def compare_cmd(
     fmt: Annotated[str, typer.Option("--format", help="table | markdown | csv | latex")] = "table",
     by: Annotated[list[str] | None, typer.Option("--by", help="Group by these tags or logged params instead of the suite's layout, e.g. dataset,horizon,model,training.rsa_lr_factor (comma-separated or repeated).")] = None,
     profile: Annotated[str | None, typer.Option("--profile", help="Runs of this profile (default: the latest invocation's; 'all' pools every profile).")] = None,
+    settings: SettingsOpt = "shipped",
     tracking_uri: TrackingOpt = None,
 ) -> None:
     """Finished runs aggregated over seeds (mean ± std, n), beside the papers' tables; failed runs listed."""
@@ -442,7 +448,8 @@ def compare_cmd(
 
     if fmt not in FORMATS:
         raise ConfigError(f"unknown format {fmt!r}; choose one of: {', '.join(FORMATS)}")
-    result = compare(suite, tracking_uri=tracking_uri, experiment=experiment, reference=reference, by=_split_csv(by), profile=profile)
+    result = compare(suite, tracking_uri=tracking_uri, experiment=experiment, reference=reference, by=_split_csv(by),
+                     profile=profile, settings=settings)
     if fmt == "table":
         for item in rich_tables(result):
             console.print(item)
@@ -460,6 +467,7 @@ def report_cmd(
     experiment: Annotated[str | None, typer.Option("--experiment", help="MLflow experiment (default: recurbench-SUITE).")] = None,
     profile: Annotated[str | None, typer.Option("--profile", help="Runs of this profile (default: the latest invocation's).")] = None,
     no_log: Annotated[bool, typer.Option("--no-log", help="Do not log the figures to the latest parent run.")] = False,
+    settings: SettingsOpt = "shipped",
     tracking_uri: TrackingOpt = None,
 ) -> None:
     """A report with learning/loss curves, REM gates and heatmaps, forecasts and comparison tables."""
@@ -467,7 +475,8 @@ def report_cmd(
 
     with console.status(f"building the {suite} report"):
         report = write_report(
-            suite, out, tracking_uri=tracking_uri, experiment=experiment, profile=profile, fmt=fmt, log_to_mlflow=not no_log
+            suite, out, tracking_uri=tracking_uri, experiment=experiment, profile=profile, fmt=fmt,
+            log_to_mlflow=not no_log, settings=settings,
         )
     console.print(escape(f"report: {report.path} ({len(report.figures)} figures)"))
     for reason in report.omitted:

@@ -50,7 +50,7 @@ def test_runs_of_other_settings_are_never_pooled(ltsf):
     # ETTh1-48 rsa_informer: the older seed-1 run was trained with seq_len 48 (MSE 7.0): left out, and
     # the note names the configuration and the param.
     note = next(n for n in ltsf.notes if "settings differ" in n)
-    assert note.startswith("1 older finished run(s) left out")
+    assert note.startswith("1 finished run(s) left out")
     assert "ETTh1/48/rsa_informer: seq_len 48 (newest: 96)" in note
     # ETTh1-48 informer: the older seed-1 run differs only in its thread count: pooled (1.1 and 1.3).
     c = cell(ltsf, "mse", dataset="ETTh1", horizon=48, model="informer")
@@ -241,6 +241,10 @@ def test_cli_compare(store):
     assert result.exit_code == 0 and "DoorKey" in result.stdout and "FAILED" in result.stdout and "exploded" in result.stdout
     result = runner.invoke(app, ["compare", "ltsf", "--tracking-uri", store.uri, "--format", "xml"])
     assert isinstance(result.exception, ConfigError)
+    result = runner.invoke(app, ["compare", "ltsf", "--tracking-uri", store.uri, "--settings", "newest", "--format", "csv"])
+    assert result.exit_code == 0 and "ETTh1,48,rsa_informer,mse,0.5" in result.stdout  # its newest run, as shipped-first
+    result = runner.invoke(app, ["compare", "ltsf", "--tracking-uri", store.uri, "--settings", "latest"])
+    assert isinstance(result.exception, ConfigError) and "--settings: unknown rule 'latest'" in str(result.exception)
 
 
 def test_grouping_by_a_param_an_older_run_did_not_log_reads_its_default(tmp_path):
@@ -275,3 +279,88 @@ def test_grouping_by_a_param_an_older_run_did_not_log_reads_its_default(tmp_path
     assert (c["mean"], c["n"]) == (pytest.approx(0.42), 2)
     assert set(by_gate.cells["model"]) == {"rsa_informer"}
     assert any("1 finished run(s) without the tag(s)" in n for n in by_gate.notes)
+
+
+def _shipped_store(tmp_path):
+    """ETTh1-24 rsa_xl of profile quick: seeds 0 and 1 at the shipped settings (MSE 0.50, 0.52), then a
+    newer ``--set training.rsa_lr_factor=1000`` probe (seed 0, MSE 0.90); ETTh1-24 informer: one run
+    whose d_ff the profile no longer ships (MSE 0.70)."""
+    from recurbench.reporting.runs import suite_shipped_settings
+    from recurbench.tracking import MlflowTracker, experiment_name, standard_tags
+
+    shipped = {(t["dataset"], t["horizon"], t["model"]): p for t, p in suite_shipped_settings("ltsf", "quick")}
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    tracker = MlflowTracker(uri)
+    tracker.client.create_experiment(experiment_name("ltsf"), artifact_location=(tmp_path / "a").as_uri())
+
+    def logged(model, **changes):
+        params = {k: "7" if v is None else v for k, v in shipped[("ETTh1", "24", model)].items()}  # data-derived: any
+        return {**params, **changes}
+
+    runs = [("rsa_xl", 0, 0.50, logged("rsa_xl")), ("rsa_xl", 1, 0.52, logged("rsa_xl")),
+            ("rsa_xl", 0, 0.90, logged("rsa_xl", **{"training.rsa_lr_factor": "1000.0"})),
+            ("informer", 0, 0.70, logged("informer", **{"network.d_ff": "4096"}))]
+    for model, seed, mse, params in runs:
+        with tracker.run("ltsf-quick", experiment=experiment_name("ltsf"),
+                         tags=standard_tags(suite="ltsf", profile="quick", role="parent")) as parent:
+            tags = standard_tags(suite="ltsf", profile="quick", seed=seed, dataset="ETTh1", horizon=24, model=model)
+            with tracker.run(f"{model}-s{seed}", experiment=experiment_name("ltsf"), parent=parent, tags=tags) as run:
+                run.log_params({**params, "seed": seed, "torch_threads": 1})
+                run.log_metrics({"test_mse": mse, "test_mae": mse})
+    return uri
+
+
+def test_a_configuration_is_shown_at_its_shipped_settings_before_newer_probes(tmp_path):
+    uri = _shipped_store(tmp_path)
+    shipped = compare("ltsf", tracking_uri=uri)
+    c = cell(shipped, "mse", model="rsa_xl")
+    assert (c["mean"], c["n"]) == (pytest.approx(0.51), 2)  # the probe, newer, is left out
+    assert any("1 finished run(s) left out" in n and "ETTh1/24/rsa_xl: training.rsa_lr_factor 1000.0 (shipped: 1.0)" in n
+               for n in shipped.notes), shipped.notes
+    # No run of informer has today's settings: its newest run stands, and a note says so.
+    assert cell(shipped, "mse", model="informer")["mean"] == pytest.approx(0.70)
+    assert ("1 configuration(s) have no finished run at the settings their profile ships now, so they are shown "
+            "at their newest run's settings: ETTh1/24/informer") in shipped.notes
+    newest = compare("ltsf", tracking_uri=uri, settings="newest")
+    c = cell(newest, "mse", model="rsa_xl")
+    assert (c["mean"], c["n"]) == (pytest.approx(0.90), 1)
+    assert any("training.rsa_lr_factor 1.0 (newest: 1000.0)" in n for n in newest.notes)
+    assert not any("ships now" in n for n in newest.notes)
+    with pytest.raises(ConfigError, match=r"^--settings: unknown rule 'oldest'; choose one of: shipped, newest$"):
+        compare("ltsf", tracking_uri=uri, settings="oldest")
+
+
+def test_has_settings_reads_defaults_and_refuses_settings_the_suite_no_longer_has():
+    from recurbench.reporting.runs import has_settings
+
+    shipped = {"seq_len": "96", "training.rsa_lr_factor": "1.0", "network.n_features": None}
+    assert has_settings(_record(seq_len=96, **{"training.rsa_lr_factor": 1.0, "network.n_features": 7}, seed=3), shipped)
+    assert not has_settings(_record(seq_len=48, **{"training.rsa_lr_factor": 1.0, "network.n_features": 7}), shipped)
+    # An older run that did not log the factor trained at its default: shipped where that is the value.
+    older = _record(seq_len=96, **{"network.n_features": 7})
+    assert has_settings(older, shipped, {"training.rsa_lr_factor": "1.0"})
+    assert not has_settings(older, shipped)
+    assert not has_settings(_record(seq_len=96, **{"training.rsa_lr_factor": 1.0, "network.n_features": 7, "width": 3}), shipped)
+
+
+def test_shipped_settings_are_what_the_suites_plan_and_log(data_dir):
+    from recurbench.suites.runner import load_profile
+    from recurbench.tracking import flatten, param_value
+
+    definition, paper = load_profile("ltsf", "paper")
+    shipped = {tuple(t.values()): p for t, p in definition.shipped_settings(paper)}
+    assert len(shipped) == sum(len(h) for h in paper.windows.values()) * 6  # every model has its heads
+    plans = definition.plan(paper, {"datasets": ["ETTh1", "WTH"], "horizons": ["24"], "seeds": 1}, data_dir=str(data_dir))
+    assert len(plans) == 12
+    for plan in plans:
+        settings = shipped[(plan.tags["dataset"], plan.tags["horizon"], plan.tags["model"])]
+        logged = {k: param_value(v) for k, v in flatten(plan.params).items()}
+        assert logged.keys() <= settings.keys()
+        assert {k: v for k, v in logged.items() if settings[k] is not None} == {
+            k: v for k, v in settings.items() if v is not None
+        }
+    definition, quick = load_profile("minigrid", "quick")
+    shipped = {tuple(t.values()): p for t, p in definition.shipped_settings(quick)}
+    for plan in definition.plan(quick, {"seeds": 1}, data_dir=None):
+        logged = {k: param_value(v) for k, v in flatten(plan.params).items()}
+        assert shipped[(plan.tags["env"], plan.tags["agent"])] == logged

@@ -95,8 +95,10 @@ def compare(
     reference: str = "paper",
     by: Sequence[str] | None = None,
     profile: str | None = None,
+    settings: str = "shipped",
 ) -> Comparison:
-    """Read the suite's runs from MLflow and compare them (see the module docstring)."""
+    """Read the suite's runs from MLflow and compare them (see the module docstring); ``settings``
+    picks each configuration's settings (:func:`recurbench.reporting.runs.load_runs`)."""
     spec = layout(suite)
     if by:
         check_unique(list(by), "key", "--by")  # before the store is read
@@ -104,7 +106,9 @@ def compare(
         raise ConfigError(f"unknown reference {reference!r}; choose one of: {', '.join(REFERENCES)}")
     # --by keys join the configuration, so that grouping by a param (a variant) also keeps its runs.
     config_keys = tuple(dict.fromkeys([*spec.config_keys, *(by or ())]))
-    runs = load_runs(suite, config_keys, tracking_uri=tracking_uri, experiment=experiment, profile=profile)
+    runs = load_runs(
+        suite, config_keys, tracking_uri=tracking_uri, experiment=experiment, profile=profile, settings=settings
+    )
     return compare_runs(runs, reference=reference, by=by)
 
 

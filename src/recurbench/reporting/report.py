@@ -72,11 +72,14 @@ def write_report(
     profile: str | None = None,
     fmt: str = "html",
     log_to_mlflow: bool = True,
+    settings: str = "shipped",
 ) -> Report:
     if fmt not in REPORT_FORMATS:
         raise ConfigError(f"unknown report format {fmt!r}; choose one of: {', '.join(REPORT_FORMATS)}")
     spec = layout(suite)
-    runs = load_runs(suite, spec.config_keys, tracking_uri=tracking_uri, experiment=experiment, profile=profile)
+    runs = load_runs(
+        suite, spec.config_keys, tracking_uri=tracking_uri, experiment=experiment, profile=profile, settings=settings
+    )
     comparison = compare_runs(runs)
     out = Path(out)
     fig_dir = out / "figures"

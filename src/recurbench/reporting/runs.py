@@ -10,12 +10,16 @@ Two choices decide which runs a comparison sees, and both are made here, once:
 * **profile** — runs of different profiles (``quick`` vs ``paper``) are never pooled. By default the
   profile of the most recent parent run is used; ``profile="all"`` keeps every profile.
 * **one setting per configuration** — a configuration (the suite's keys: dataset/horizon/model or
-  env/agent) may have been run with different settings (a ``--config`` variant, another learning
-  rate, an older version's defaults). Seeds of different settings are never pooled: the newest
-  FINISHED run of a configuration decides its settings, and older runs whose logged params differ
-  from it (seed and thread count aside) are left out, with a note naming the differing params. A
-  param an older version did not log is read at the suite's default for it (the behaviour that
-  version had), for grouping (``--by``) as well; one without a known default counts as different.
+  env/agent) may have been run with different settings (a ``--config`` variant, a ``--set`` probe,
+  an older version's defaults). Seeds of different settings are never pooled. With
+  ``settings="shipped"`` (the default) a configuration is shown at the settings its profile ships
+  now (:meth:`~recurbench.suites.runner.SuiteDefinition.shipped_settings`) where some FINISHED run
+  has them, else at its newest FINISHED run's settings (a note names those configurations);
+  ``settings="newest"`` always takes the newest run's. Runs whose logged params differ from the
+  chosen settings (seed and thread count aside) are left out, with a note naming the differing
+  params. A param an older version did not log is read at the suite's default for it (the behaviour
+  that version had), for grouping (``--by``) as well; one without a known default counts as
+  different.
 * **one run per configuration and seed** — when the same configuration and seed were run more than
   once with those settings, only the most recently started FINISHED run counts, so a re-run replaces
   rather than doubles a seed.
@@ -38,7 +42,7 @@ from typing import Any
 
 import pandas as pd
 
-from recurbench.errors import RecurbenchError
+from recurbench.errors import ConfigError, RecurbenchError
 from recurbench.processes import lost_reason, process_gone
 from recurbench.tracking import (
     experiment_name,
@@ -90,7 +94,9 @@ class SuiteRuns:
     superseded: int = 0
     """Finished runs dropped because a later run of the same configuration and seed exists."""
     other_settings: int = 0
-    """Finished runs dropped because their params differ from the newest run of their configuration."""
+    """Finished runs dropped because their params differ from the settings shown for their configuration."""
+    settings: str = "shipped"
+    """How each configuration's settings were chosen: ``shipped`` or ``newest`` (see the module docstring)."""
     latest_parent_id: str | None = None
     notes: list[str] = field(default_factory=list)
 
@@ -150,9 +156,15 @@ def _record(run: Any) -> RunRecord:
     )
 
 
-def settings_diff(run: RunRecord, reference: RunRecord, defaults: Mapping[str, str] | None = None) -> str:
+SETTINGS = ("shipped", "newest")
+"""How a comparison picks each configuration's settings (see the module docstring)."""
+
+
+def settings_diff(
+    run: RunRecord, reference: RunRecord, defaults: Mapping[str, str] | None = None, *, label: str = "newest"
+) -> str:
     """The params whose values differ between the two runs (execution params aside), as
-    ``"key value (newest: value)"``, comma-separated (at most three); empty when the settings agree.
+    ``"key value (<label>: value)"``, comma-separated (at most three); empty when the settings agree.
 
     A param only one of the runs logged (one added by a later version) is read at its default in
     ``defaults`` (the suite's :meth:`~recurbench.suites.runner.SuiteDefinition.param_defaults`) for
@@ -171,8 +183,35 @@ def settings_diff(run: RunRecord, reference: RunRecord, defaults: Mapping[str, s
         text = value(r, key)
         return "not logged" if text is None else text
 
-    parts = [f"{k} {shown(run, k)} (newest: {shown(reference, k)})" for k in keys[:3]]
+    parts = [f"{k} {shown(run, k)} ({label}: {shown(reference, k)})" for k in keys[:3]]
     return ", ".join(parts) + (", ..." if len(keys) > 3 else "")
+
+
+def has_settings(run: RunRecord, settings: Mapping[str, str | None], defaults: Mapping[str, str] | None = None) -> bool:
+    """Whether ``run`` logged exactly ``settings`` (execution params aside): every key of
+    ``settings`` at its value (``None``: any value), a key the run lacks read at its default in
+    ``defaults``, and no key of its own beyond them (a setting the suite no longer has)."""
+    defaults = defaults or {}
+    if not run.params.keys() - EXECUTION_PARAMS <= settings.keys():
+        return False
+    return all(
+        want is None or run.params.get(k, defaults.get(k)) == want
+        for k, want in settings.items() if k not in EXECUTION_PARAMS
+    )
+
+
+def suite_shipped_settings(suite: str, profile: str) -> list[tuple[dict[str, str], dict[str, str | None]]]:
+    """:meth:`~recurbench.suites.runner.SuiteDefinition.shipped_settings` of ``suite``'s profile
+    ``profile`` as its file ships it ([] for a suite or profile the package does not ship)."""
+    from recurbench.suites.runner import SUITES, load_profile
+
+    if suite not in SUITES:
+        return []
+    try:
+        definition, cfg = load_profile(suite, profile)
+    except ConfigError:
+        return []
+    return definition.shipped_settings(cfg)
 
 
 def with_param_defaults(run: RunRecord, defaults: Mapping[str, str]) -> RunRecord:
@@ -208,6 +247,34 @@ def suite_param_defaults(suite: str) -> dict[str, str]:
     return SUITES[suite]().param_defaults() if suite in SUITES else {}
 
 
+class _ShippedSettings:
+    """Which runs have the settings their profile ships now (profiles read once, when first met)."""
+
+    def __init__(self, suite: str, defaults: Mapping[str, str]) -> None:
+        self.suite = suite
+        self.defaults = defaults
+        self._by_profile: dict[str, dict[frozenset[tuple[str, str]], dict[str, str | None]]] = {}
+
+    def _for(self, run: RunRecord) -> dict[str, str | None] | None:
+        profile = run.tags.get("profile")
+        if profile is None:
+            return None
+        if profile not in self._by_profile:
+            self._by_profile[profile] = {
+                frozenset(tags.items()): params for tags, params in suite_shipped_settings(self.suite, profile)
+            }
+        table = self._by_profile[profile]
+        return next((params for tags, params in table.items() if all(run.tags.get(k) == v for k, v in tags)), None)
+
+    def known(self, run: RunRecord) -> bool:
+        """Whether the package ships settings for the run's profile and configuration."""
+        return self._for(run) is not None
+
+    def has(self, run: RunRecord) -> bool:
+        shipped = self._for(run)
+        return shipped is not None and has_settings(run, shipped, self.defaults)
+
+
 def load_runs(
     suite: str,
     config_keys: Sequence[str],
@@ -215,13 +282,17 @@ def load_runs(
     tracking_uri: str | None = None,
     experiment: str | None = None,
     profile: str | None = None,
+    settings: str = "shipped",
 ) -> SuiteRuns:
     """The finished and unfinished nested runs of ``suite`` (see the module docstring for which).
 
     ``config_keys`` are the tags (or, failing a tag, logged params) that identify a configuration
     (seed excluded); they decide which runs supersede one another. A param among them (say
-    ``training.rsa_lr_factor``) keeps runs that differ in it apart instead of leaving the older out.
+    ``training.rsa_lr_factor``) keeps runs that differ in it apart instead of leaving one side out.
+    ``settings`` (``shipped`` or ``newest``) picks each configuration's settings.
     """
+    if settings not in SETTINGS:
+        raise ConfigError(f"--settings: unknown rule {settings!r}; choose one of: {', '.join(SETTINGS)}")
     client, uri = open_client(tracking_uri)
     name = experiment or experiment_name(suite)
     found = client.get_experiment_by_name(name)
@@ -259,17 +330,40 @@ def load_runs(
         nested = [r for r in nested if r.tags.get("profile") == profile]
         parents = [p for p in parents if p.tags.get("profile") == profile]
 
+    done = [r for r in nested if r.status == "FINISHED"]  # newest first: the first one of a key wins
+
+    def config_of(r: RunRecord) -> tuple[Any, ...]:
+        return tuple(r.tags.get(k, r.params.get(k)) for k in config_keys)
+
+    chosen: dict[tuple[Any, ...], tuple[RunRecord, str]] = {}
+    for r in done:
+        chosen.setdefault(config_of(r), (r, "newest"))
+    if settings == "shipped" and chosen:
+        if defaults is None:
+            defaults = suite_param_defaults(suite)
+        shipped = _ShippedSettings(suite, defaults)
+        for r in done:
+            config = config_of(r)
+            if chosen[config][1] == "newest" and shipped.has(r):
+                chosen[config] = (r, "shipped")
+        unshipped = ["/".join(map(str, c)) for c, (r, how) in chosen.items() if how == "newest" and shipped.known(r)]
+        if unshipped:
+            notes.append(
+                f"{len(unshipped)} configuration(s) have no finished run at the settings their profile ships now, "
+                f"so they are shown at their newest run's settings: {', '.join(unshipped[:3])}"
+                + (", ..." if len(unshipped) > 3 else "")
+            )
+
     finished: list[RunRecord] = []
     seen: set[tuple[Any, ...]] = set()
-    newest: dict[tuple[Any, ...], RunRecord] = {}
     differences: dict[tuple[Any, ...], str] = {}
     superseded = other_settings = 0
-    for r in (r for r in nested if r.status == "FINISHED"):  # newest first: the first one of a key wins
-        config = tuple(r.tags.get(k, r.params.get(k)) for k in config_keys)
-        reference = newest.setdefault(config, r)
+    for r in done:
+        config = config_of(r)
+        reference, how = chosen[config]
         if defaults is None and r.params.keys() != reference.params.keys():
             defaults = suite_param_defaults(suite)
-        if diff := settings_diff(r, reference, defaults):
+        if diff := settings_diff(r, reference, defaults, label=how):
             other_settings += 1
             differences.setdefault(config, "/".join(str(v) for v in config) + ": " + diff)
             continue
@@ -282,8 +376,8 @@ def load_runs(
     if other_settings:
         shown = "; ".join(list(differences.values())[:3]) + ("; ..." if len(differences) > 3 else "")
         notes.append(
-            f"{other_settings} older finished run(s) left out: their settings differ from the newest run of the "
-            f"same configuration ({shown})"
+            f"{other_settings} finished run(s) left out: their settings differ from the ones shown for their "
+            f"configuration ({shown}); --by with the param shows them apart"
         )
     if superseded:
         notes.append(f"{superseded} older finished run(s) superseded by a later run of the same configuration and seed")
@@ -297,6 +391,7 @@ def load_runs(
         unfinished=unfinished,
         superseded=superseded,
         other_settings=other_settings,
+        settings=settings,
         latest_parent_id=parents[0].run_id if parents else None,
         notes=notes,
     )

@@ -220,6 +220,55 @@ def _check_windows(data: LTSFData, where: str) -> None:
             )
 
 
+def _job(
+    profile: LTSFProfile, dataset: str, horizon: int, model: str, n_features: int, n_marks: int
+) -> tuple[LTSFJob, dict[str, Any]]:
+    """One configuration's run settings and the params it logs (the seed aside)."""
+    setting = profile.windows[dataset][horizon]
+    ms, ts = profile.model, profile.training
+    shared = TrainConfig(
+        epochs=ts.epochs, batch_size=ts.batch_size, learning_rate=ts.learning_rate, lr_decay=ts.lr_decay,
+        lr_hold_epochs=ts.lr_hold_epochs,
+        patience=ts.patience, max_train_batches=ts.max_train_batches, max_val_batches=ts.max_val_batches,
+        val_checks_per_epoch=ts.val_checks_per_epoch,
+    )
+    training = _training_for(model, shared, ts)
+    rsa = None
+    if ARCHITECTURES[model].rsa:
+        heads = profile.rem_heads.get(dataset, {}).get(horizon, {}).get(model)
+        if heads is None:
+            raise ConfigError(f"rem_heads.{dataset}.{horizon}.{model}: no REM head layout for {model}")
+        rsa = RSASpec(
+            k=tuple(heads.k), dilations=tuple(heads.dilations),  # type: ignore[arg-type]
+            gate_init=ms.gate_init, keep_positional=ms.keep_positional, prob_rows=ms.prob_rows,
+        )
+    network = ForecasterConfig(
+        n_features=n_features, n_marks=n_marks,
+        seq_len=setting.seq_len, label_len=setting.label_len, pred_len=horizon,
+        d_model=ms.d_model, n_heads=ms.n_heads, e_layers=setting.e_layers,
+        d_layers=setting.d_layers, d_ff=ms.d_ff, dropout=ms.dropout, factor=setting.factor,
+        attention=ms.attention, distil=ms.distil, mix=ms.mix, conv_kernel=ms.conv_kernel,
+        local_window=ms.local_window, segment_len=ms.segment_len, rsa=rsa,
+    )
+    try:
+        network.check()
+    except ConfigError as exc:
+        raise ConfigError(f"{dataset} horizon {horizon} {model}: {exc}") from None
+    window = WindowSpec(setting.seq_len, setting.label_len, horizon)
+    job = LTSFJob(dataset, model, window, network, training, profile.torch_threads)
+    params = {
+        "dataset": dataset, "model": model, "horizon": horizon,
+        "network": {k: v for k, v in asdict(network).items() if k != "rsa"},
+        "rsa": asdict(rsa) if rsa is not None else "none",
+        "training": asdict(training), "torch_threads": profile.torch_threads,
+    }
+    return job, params
+
+
+_DERIVED_PARAMS = ("network.n_features", "network.n_marks", "n_params", "train_windows", "val_windows", "test_windows")
+"""Logged params that follow from the data and the network, not from the profile (the last four are
+logged by ``execute``)."""
+
 _BEFORE_LOGGED: dict[str, Any] = {"training.lr_hold_epochs": 1}
 """Settings whose default is not what runs logged before the setting existed did: recurbench halved
 the learning rate after every epoch until ``lr_hold_epochs`` (default 2, Informer2020's loop) came."""
@@ -235,13 +284,6 @@ class LTSFSuite(SuiteDefinition):
         models = selected_names(selection, "models", profile.models, ARCHITECTURES, "model")
         seeds = selected_seeds(selection, profile.seeds)
         chosen_horizons = _selected_horizons(selection["horizons"]) if selection.get("horizons") else None
-        ms, ts = profile.model, profile.training
-        shared = TrainConfig(
-            epochs=ts.epochs, batch_size=ts.batch_size, learning_rate=ts.learning_rate, lr_decay=ts.lr_decay,
-            lr_hold_epochs=ts.lr_hold_epochs,
-            patience=ts.patience, max_train_batches=ts.max_train_batches, max_val_batches=ts.max_val_batches,
-            val_checks_per_epoch=ts.val_checks_per_epoch,
-        )
         plans: list[RunPlan] = []
         for dataset in datasets:
             horizons = chosen_horizons or profile.horizons.get(dataset)
@@ -262,38 +304,7 @@ class LTSFSuite(SuiteDefinition):
                     raise ConfigError(f"{dataset} (horizon {horizon}): {exc}") from None
                 _check_windows(data, f"{dataset} horizon {horizon}")
                 for model in models:
-                    training = _training_for(model, shared, ts)
-                    rsa = None
-                    if ARCHITECTURES[model].rsa:
-                        heads = profile.rem_heads.get(dataset, {}).get(horizon, {}).get(model)
-                        if heads is None:
-                            raise ConfigError(
-                                f"rem_heads.{dataset}.{horizon}.{model}: no REM head layout for {model}"
-                            )
-                        rsa = RSASpec(
-                            k=tuple(heads.k), dilations=tuple(heads.dilations),  # type: ignore[arg-type]
-                            gate_init=ms.gate_init, keep_positional=ms.keep_positional,
-                            prob_rows=ms.prob_rows,
-                        )
-                    network = ForecasterConfig(
-                        n_features=data.n_features, n_marks=len(data.time_feature_names),
-                        seq_len=setting.seq_len, label_len=setting.label_len, pred_len=horizon,
-                        d_model=ms.d_model, n_heads=ms.n_heads, e_layers=setting.e_layers,
-                        d_layers=setting.d_layers, d_ff=ms.d_ff, dropout=ms.dropout, factor=setting.factor,
-                        attention=ms.attention, distil=ms.distil, mix=ms.mix, conv_kernel=ms.conv_kernel,
-                        local_window=ms.local_window, segment_len=ms.segment_len, rsa=rsa,
-                    )
-                    try:
-                        network.check()
-                    except ConfigError as exc:
-                        raise ConfigError(f"{dataset} horizon {horizon} {model}: {exc}") from None
-                    job = LTSFJob(dataset, model, window, network, training, profile.torch_threads)
-                    params = {
-                        "dataset": dataset, "model": model, "horizon": horizon,
-                        "network": {k: v for k, v in asdict(network).items() if k != "rsa"},
-                        "rsa": asdict(rsa) if rsa is not None else "none",
-                        "training": asdict(training), "torch_threads": profile.torch_threads,
-                    }
+                    job, params = _job(profile, dataset, horizon, model, data.n_features, len(data.time_feature_names))
                     for seed in seeds:
                         plans.append(RunPlan(
                             name=f"{model}-{dataset}-{horizon}-s{seed}", seed=seed,
@@ -301,6 +312,28 @@ class LTSFSuite(SuiteDefinition):
                             params=params, payload=job,
                         ))
         return plans
+
+    def shipped_settings(self, profile: BaseModel) -> list[tuple[dict[str, str], dict[str, str | None]]]:
+        """Every dataset x horizon with a ``windows`` entry, x every model (RSA models where the
+        profile has their head layout). The params decided by the data and the network rather than the
+        profile (:data:`_DERIVED_PARAMS`) are ``None`` (any value)."""
+        from recurbench.tracking import flatten, param_value
+
+        assert isinstance(profile, LTSFProfile)
+        out: list[tuple[dict[str, str], dict[str, str | None]]] = []
+        for dataset, table in profile.windows.items():
+            for horizon in table:
+                for model, arch in ARCHITECTURES.items():
+                    if arch.rsa and model not in profile.rem_heads.get(dataset, {}).get(horizon, {}):
+                        continue
+                    try:
+                        _, params = _job(profile, dataset, horizon, model, n_features=1, n_marks=1)
+                    except ConfigError:
+                        continue  # a configuration plan() refuses: no run can have its settings
+                    logged: dict[str, str | None] = {k: param_value(v) for k, v in flatten(params).items()}
+                    logged.update(dict.fromkeys(_DERIVED_PARAMS))
+                    out.append(({"dataset": dataset, "horizon": str(horizon), "model": model}, logged))
+        return out
 
     def param_defaults(self) -> dict[str, str]:
         """What a run that did not log a param under ``network.``, ``rsa.`` or ``training.`` used: the

@@ -66,6 +66,16 @@ def paper_table() -> dict[tuple[str, str], dict[str, float]]:
     return table
 
 
+def _params(profile: MinigridProfile, pair_name: str, core: str) -> dict[str, Any]:
+    """The params a run of ``core`` on env pair ``pair_name`` logs (the seed aside)."""
+    pair = ENV_PAIRS[pair_name]
+    return {
+        "train_env": pair.train, "test_env": pair.test, "core": core,
+        "total_timesteps": profile.total_timesteps, "eval_episodes": profile.eval_episodes,
+        "ppo": profile.ppo.model_dump(), "core_settings": profile.core.model_dump(),
+    }
+
+
 class MinigridSuite(SuiteDefinition):
     name = "minigrid"
     profile_model = MinigridProfile
@@ -94,17 +104,21 @@ class MinigridSuite(SuiteDefinition):
                     raise ConfigError(f"env pair {pair_name!r}: {exc}") from None
         plans = []
         for pair_name in envs:
-            pair = ENV_PAIRS[pair_name]
             for core in models:
                 for seed in seeds:
-                    params = {
-                        "train_env": pair.train, "test_env": pair.test, "core": core,
-                        "total_timesteps": profile.total_timesteps, "eval_episodes": profile.eval_episodes,
-                        "ppo": profile.ppo.model_dump(), "core_settings": profile.core.model_dump(),
-                    }
                     plans.append(RunPlan(f"{pair_name}-{core}-s{seed}", seed, {"agent": core, "env": pair_name},
-                                         params, payload=(pair, core, profile)))
+                                         _params(profile, pair_name, core), payload=(ENV_PAIRS[pair_name], core, profile)))
         return plans
+
+    def shipped_settings(self, profile: BaseModel) -> list[tuple[dict[str, str], dict[str, str | None]]]:
+        """Every env pair x memory core, at the profile's settings."""
+        from recurbench.tracking import flatten, param_value
+
+        assert isinstance(profile, MinigridProfile)
+        return [
+            ({"env": pair, "agent": core}, {k: param_value(v) for k, v in flatten(_params(profile, pair, core)).items()})
+            for pair in ENV_PAIRS for core in CORES
+        ]
 
     def param_defaults(self) -> dict[str, str]:
         """PPO's and the core's default settings, as the runs log them."""

@@ -109,6 +109,14 @@ class SuiteDefinition(ABC):
         :func:`recurbench.reporting.runs.settings_diff`). Default: none known."""
         return {}
 
+    def shipped_settings(self, profile: BaseModel) -> list[tuple[dict[str, str], dict[str, str | None]]]:
+        """What a run of each configuration logs with ``profile`` as it stands: ``(tags, params)``
+        pairs, the tags naming the configuration (``dataset``/``horizon``/``model``), the params as
+        the logged text (dotted keys, seed aside), ``None`` where the value is not the profile's to
+        decide (say, the data's feature count). Comparisons prefer runs with these settings (see
+        :func:`recurbench.reporting.runs.load_runs`). Default: none known."""
+        return []
+
     def summary_rows(self, outcomes: Sequence[RunOutcome]) -> tuple[list[str], list[list[str]]]:
         """Header and rows of the table printed at the end (default: one row per run)."""
         keys = sorted({k for o in outcomes for k in o.metrics})
