@@ -306,7 +306,8 @@ def load_runs(
     nested = [r for r in runs if r.tags.get("role") != "parent"]
     if not nested:
         raise RecurbenchError(f"experiment {name!r} in {uri} has no runs to compare")
-    # The suite's defaults are read (and the suites imported) only where some logged keys differ.
+    # The suite's defaults are read (and the suites imported) where some logged keys differ, or below
+    # for the shipped settings; settings="newest" on a store of one version imports no suite.
     defaults: dict[str, str] | None = None
     if _lacks_a_param_of_its_sections(nested):
         defaults = suite_param_defaults(suite)
