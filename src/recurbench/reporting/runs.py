@@ -95,8 +95,6 @@ class SuiteRuns:
     """Finished runs dropped because a later run of the same configuration and seed exists."""
     other_settings: int = 0
     """Finished runs dropped because their params differ from the settings shown for their configuration."""
-    settings: str = "shipped"
-    """How each configuration's settings were chosen: ``shipped`` or ``newest`` (see the module docstring)."""
     latest_parent_id: str | None = None
     notes: list[str] = field(default_factory=list)
 
@@ -253,18 +251,18 @@ class _ShippedSettings:
     def __init__(self, suite: str, defaults: Mapping[str, str]) -> None:
         self.suite = suite
         self.defaults = defaults
-        self._by_profile: dict[str, dict[frozenset[tuple[str, str]], dict[str, str | None]]] = {}
+        self._by_profile: dict[str, tuple[tuple[str, ...], dict[tuple[str | None, ...], dict[str, str | None]]]] = {}
 
     def _for(self, run: RunRecord) -> dict[str, str | None] | None:
         profile = run.tags.get("profile")
         if profile is None:
             return None
         if profile not in self._by_profile:
-            self._by_profile[profile] = {
-                frozenset(tags.items()): params for tags, params in suite_shipped_settings(self.suite, profile)
-            }
-        table = self._by_profile[profile]
-        return next((params for tags, params in table.items() if all(run.tags.get(k) == v for k, v in tags)), None)
+            shipped = suite_shipped_settings(self.suite, profile)
+            keys = tuple(shipped[0][0]) if shipped else ()  # every configuration is named by the same tags
+            self._by_profile[profile] = (keys, {tuple(tags[k] for k in keys): params for tags, params in shipped})
+        keys, table = self._by_profile[profile]
+        return table.get(tuple(run.tags.get(k) for k in keys)) if keys else None
 
     def known(self, run: RunRecord) -> bool:
         """Whether the package ships settings for the run's profile and configuration."""
@@ -392,7 +390,6 @@ def load_runs(
         unfinished=unfinished,
         superseded=superseded,
         other_settings=other_settings,
-        settings=settings,
         latest_parent_id=parents[0].run_id if parents else None,
         notes=notes,
     )
