@@ -306,6 +306,11 @@ def run_cmd(
         list[str] | None,
         typer.Option("--set", help="Override a profile setting, e.g. --set training.rsa_lr_factor=100 (repeatable)."),
     ] = None,
+    skip_finished: Annotated[
+        bool,
+        typer.Option("--skip-finished", help="Do not run again a configuration and seed that already has a FINISHED "
+                     "run in the store at the same settings; its results enter the table (resumes a suite)."),
+    ] = False,
     tracking_uri: TrackingOpt = None,
     data_dir: DataDirOpt = None,
     device: DeviceOpt = None,
@@ -339,10 +344,18 @@ def run_cmd(
         result = run_suite(
             suite, profile, tracker, selection=selection, data_dir=data_dir, config_path=config,
             overrides=overrides or (), progress_factory=_RunProgress(progress), device=device,
+            skip_finished=skip_finished,
         )
     header, rows = SUITES[suite]().summary_rows(result.outcomes)
     console.print(_table(f"{suite} / {profile}", header, rows))
-    console.print(f"MLflow parent run: {result.parent_run_id}")
+    if reused := result.reused:
+        console.print(escape(
+            f"{len(reused)} of {len(result.outcomes)} run(s) were already finished at these settings and were not "
+            f"run again (--skip-finished); the table includes them: "
+            + ", ".join(f"{o.plan.name} ({o.run_id})" for o in reused[:5]) + (", ..." if len(reused) > 5 else "")
+        ))
+    if result.parent_run_id is not None:
+        console.print(f"MLflow parent run: {result.parent_run_id}")
     if result.failed:
         for o in result.failed:
             err_console.print(f"[red]FAILED[/red] {escape(o.plan.name)}: {escape(str(o.error))}")

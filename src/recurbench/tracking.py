@@ -13,6 +13,10 @@ Conventions (every suite, study and benchmark follows them):
   tracks to the same experiment on that machine marks such runs ``FAILED`` with an ``error`` tag
   saying so (:func:`mark_lost_runs`), and comparisons show them as ``LOST`` until then.
 
+Runs are read back as :class:`RunRecord` (latest metric values, params as logged text):
+:meth:`Tracker.finished_runs` for ``recurbench run --skip-finished``, and
+:mod:`recurbench.reporting.runs` for comparisons.
+
 The default store is embedded: ``sqlite:///results/mlflow.db`` with artifacts under
 ``results/mlartifacts``. ``--tracking-uri`` (or ``MLFLOW_TRACKING_URI``) selects any other store.
 """
@@ -88,6 +92,31 @@ def standard_tags(**tags: Any) -> dict[str, str]:
     return out
 
 
+PARENT_TAG = "mlflow.parentRunId"
+
+
+@dataclass(frozen=True)
+class RunRecord:
+    """One tracked run read back: its latest metric values, tags and params (as the logged text)."""
+
+    run_id: str
+    name: str
+    status: str
+    start_time: int
+    tags: dict[str, str]
+    params: dict[str, str]
+    metrics: dict[str, float]
+    parent_id: str | None
+
+    @property
+    def seed(self) -> int | None:
+        value = self.tags.get("seed", self.params.get("seed"))
+        try:
+            return int(value) if value is not None else None
+        except ValueError:
+            return None
+
+
 class RunHandle(ABC):
     """One tracked run. Values are logged immediately (nothing is buffered until the end)."""
 
@@ -140,6 +169,11 @@ class Tracker(ABC):
     @property
     def lost_runs(self) -> list[str]:
         """Names of earlier runs this tracker marked FAILED because their process was gone."""
+        return []
+
+    def finished_runs(self, experiment: str, tags: Mapping[str, str]) -> list[RunRecord]:
+        """The FINISHED runs of ``experiment`` (parent runs aside) carrying every tag in ``tags``,
+        newest first; [] when the experiment does not exist yet."""
         return []
 
     @contextmanager
@@ -222,6 +256,14 @@ class MemoryTracker(Tracker):
 
     def children(self, parent: RunHandle) -> list[RecordedRun]:
         return [r for r in self.runs if r.parent_id == parent.run_id]
+
+    def finished_runs(self, experiment: str, tags: Mapping[str, str]) -> list[RunRecord]:
+        return [
+            RunRecord(r.run_id, r.name, r.status, i, dict(r.tags), {k: param_value(v) for k, v in r.params.items()},
+                      {k: values[-1][1] for k, values in r.metrics.items()}, r.parent_id)
+            for i, r in reversed(list(enumerate(self.runs)))
+            if r.experiment == experiment and r.status == "FINISHED" and _is_nested_with(r.tags, tags)
+        ]
 
 
 # ----------------------------------------------------------------------------------------------
@@ -351,6 +393,36 @@ class MlflowTracker(Tracker):
 
     def _end(self, run: RunHandle, status: str) -> None:
         self.client.set_terminated(run.run_id, status=status)
+
+    def finished_runs(self, experiment: str, tags: Mapping[str, str]) -> list[RunRecord]:
+        found = self.client.get_experiment_by_name(experiment)
+        if found is None:
+            return []
+        # Tags are compared here rather than in MLflow's filter syntax, which would need their values quoted.
+        runs = search_all_runs(self.client, found.experiment_id, "attributes.status = 'FINISHED'")
+        return [record for record in map(run_record, runs) if _is_nested_with(record.tags, tags)]
+
+
+def _is_nested_with(run_tags: Mapping[str, str], tags: Mapping[str, str]) -> bool:
+    return run_tags.get("role") != "parent" and all(run_tags.get(k) == v for k, v in tags.items())
+
+
+def run_record(run: Any) -> RunRecord:
+    """An MLflow run as a :class:`RunRecord`; a RUNNING run whose process is surely gone reads as
+    ``LOST``, with the reason in its ``error`` tag (the store is not changed)."""
+    status, tags = run.info.status, dict(run.data.tags)
+    if status == "RUNNING" and process_gone(tags, run.info.start_time):
+        status, tags["error"] = "LOST", lost_reason(tags)
+    return RunRecord(
+        run_id=run.info.run_id,
+        name=run.info.run_name or run.data.tags.get("mlflow.runName", run.info.run_id),
+        status=status,
+        start_time=int(run.info.start_time or 0),
+        tags=tags,
+        params=dict(run.data.params),
+        metrics=dict(run.data.metrics),
+        parent_id=run.data.tags.get(PARENT_TAG),
+    )
 
 
 def search_all_runs(client: Any, experiment_id: str, filter_string: str = "") -> list[Any]:

@@ -186,6 +186,8 @@ def test_tiny_run_logs_what_the_issue_asks(tmp_path, data_dir):
     tracker = MemoryTracker()
     result = run_suite("ltsf", "quick", tracker, config_path=path, data_dir=str(data_dir), device="cpu")
     assert not result.failed and len(result.outcomes) == 2
+    # The headline metrics, which a run reused by --skip-finished must have, are what execute returns.
+    assert all(set(o.metrics) == set(LTSFSuite.headline_metrics) for o in result.outcomes)
     runs = {r.tags["model"]: r for r in tracker.runs if r.parent_id is not None}
     assert {r.tags["device"] for r in tracker.runs} == {"cpu"}  # parent and nested runs: where they trained
     for run in runs.values():
@@ -246,3 +248,34 @@ def test_summary_mean_and_std_over_seeds():
     assert _mean_std([]) == "-"
     assert _mean_std([0.4954]) == "0.495"
     assert paper_reference()[("WTH", 336, "RSA-XL")]["mse_mean"] == 0.816
+
+
+def test_skip_finished_resumes_a_suite_from_its_mlflow_store(tmp_path, data_dir):
+    # Params come back from MLflow as text; the plan's must match them for a finished run to be reused.
+    from typer.testing import CliRunner
+
+    from recurbench.cli import app
+    from recurbench.tracking import MlflowTracker
+
+    path = custom_suite(tmp_path, models=["informer"])
+    uri = f"sqlite:///{tmp_path / 'store.db'}"
+    args = ["run", "ltsf", "--config", str(path), "--data-dir", str(data_dir), "--tracking-uri", uri]
+    first = CliRunner().invoke(app, [*args, "--seeds", "1"])
+    assert first.exit_code == 0, first.output
+    (stored,) = MlflowTracker(uri).finished_runs("recurbench-ltsf", {"seed": "0"})
+    assert stored.name == "informer-ETTh1-24-s0"
+    result = CliRunner().invoke(app, [*args, "--seeds", "2", "--skip-finished"])
+    assert result.exit_code == 0, result.output
+    said = " ".join(result.output.split())  # the console wraps long lines
+    assert "1 of 2 run(s) were already finished at these settings and were not run again (--skip-finished)" in said
+    assert f"informer-ETTh1-24-s0 ({stored.run_id})" in said
+    runs = MlflowTracker(uri).finished_runs("recurbench-ltsf", {})
+    assert sorted(r.name for r in runs) == ["informer-ETTh1-24-s0", "informer-ETTh1-24-s1"]
+    # The table's mean is over both seeds: the stored one and the one just run.
+    mean = (runs[0].metrics["test_mse"] + runs[1].metrics["test_mse"]) / 2
+    assert f"│ {mean:.3f} │" in result.output and "│ 2/2   │" in result.output
+    # A --set changes the settings: nothing is reused.
+    result = CliRunner().invoke(app, [*args, "--seeds", "1", "--skip-finished", "--set", "training.learning_rate=2e-4"])
+    assert result.exit_code == 0, result.output
+    assert "already finished" not in result.output
+    assert len(MlflowTracker(uri).finished_runs("recurbench-ltsf", {})) == 3

@@ -73,6 +73,10 @@ def test_a_tiny_run_logs_curve_rewards_ratio_and_tags(tmp_path):
     tracker = MemoryTracker()
     result = run_suite("minigrid", "tiny", tracker, config_path=_write(tmp_path, TINY))
     assert not result.failed, [o.error for o in result.failed]
+    # The headline metrics, which a run reused by --skip-finished must have, are what execute returns.
+    from recurbench.suites.minigrid import MinigridSuite
+
+    assert set(result.outcomes[0].metrics) == set(MinigridSuite.headline_metrics)
     (run,) = [r for r in tracker.runs if r.parent_id is not None]
     assert run.tags["agent"] == "rellstm" and run.tags["env"] == "GoToDoor"
     steps = [s for s, _ in run.metrics["rollout_reward"]]

@@ -25,6 +25,7 @@ class ToyProfile(StrictModel):
 class ToySuite(SuiteDefinition):
     name = "toy"
     profile_model = ToyProfile
+    headline_metrics = ("score",)
 
     def plan(self, profile, selection, *, data_dir):
         models = selection.get("models", profile.models)
@@ -98,7 +99,7 @@ def test_a_crashing_run_is_failed_the_others_still_run(toy):
 
 def test_when_every_run_fails_the_parent_is_failed_too(toy):
     tracker = MemoryTracker()
-    with pytest.raises(SuiteFailed, match="crash-s0: RuntimeError: loss is NaN"):
+    with pytest.raises(SuiteFailed, match="that this invocation ran failed:\n  - crash-s0: RuntimeError: loss is NaN"):
         run_suite("toy", "both", tracker, config_path=toy, selection={"models": ["crash"], "seeds": 1})
     assert tracker.runs[0].status == "FAILED"
 
@@ -203,3 +204,53 @@ def test_the_runner_resolves_the_device_once_hands_it_to_every_run_and_tags_it(t
     with pytest.raises(ConfigError, match=r"^--device: 'cuda' asks for a GPU, but "):
         run_suite("toy", "base", tracker, config_path=toy)
     assert tracker.runs == [] and len(DEVICES) == 2
+
+
+def test_skip_finished_reuses_a_finished_run_of_the_same_settings_and_seed(toy):
+    tracker = MemoryTracker()
+    first = run_suite("toy", "base", tracker, config_path=toy, selection={"seeds": 1})
+    (stored,) = [r for r in tracker.runs if r.parent_id is not None]
+    announced = []
+
+    def progress_factory(plan):
+        return lambda done, total, text="": announced.append((plan.name, done, total, text))
+
+    second = run_suite("toy", "base", tracker, config_path=toy, skip_finished=True, progress_factory=progress_factory)
+    reused, ran = second.outcomes
+    assert (reused.plan.name, reused.reused, reused.run_id) == ("good-s0", True, stored.run_id)
+    assert reused.metrics == first.outcomes[0].metrics and reused.seconds == stored.last("wall_time_s")
+    assert (ran.plan.name, ran.reused, ran.status) == ("good-s1", False, "FINISHED")
+    assert second.reused == [reused]
+    assert announced[0] == ("good-s0", 1, 1, f"already finished as run {stored.run_id}: not run again")
+    # This invocation opened one parent and one nested run (seed 1) and says how many it skipped.
+    parent, child = tracker.runs[2:]
+    assert parent.run_id == second.parent_run_id and child.name == "good-s1" and child.parent_id == parent.run_id
+    assert parent.params["n_runs"] == 1 and parent.params["skip_finished"] is True
+    assert parent.last("runs_skipped") == 1 and parent.last("runs_finished") == 1
+    # With everything finished, nothing is run and no parent run is opened.
+    third = run_suite("toy", "base", tracker, config_path=toy, skip_finished=True)
+    assert len(tracker.runs) == 4 and third.parent_run_id is None
+    assert [(o.plan.name, o.run_id) for o in third.outcomes] == [("good-s0", stored.run_id), ("good-s1", child.run_id)]
+    # Without the flag the same invocation runs both seeds again.
+    run_suite("toy", "base", tracker, config_path=toy)
+    assert len(tracker.runs) == 7
+
+
+def test_skip_finished_runs_again_what_differs_failed_or_lacks_its_results(toy):
+    tracker = MemoryTracker()
+    run_suite("toy", "both", tracker, config_path=toy, selection={"seeds": 1})  # good-s0 finishes, crash-s0 fails
+    # Other settings (a --set), another profile's runs and a FAILED run are not reused.
+    changed = run_suite("toy", "base", tracker, config_path=toy, overrides=["scale=2.5"], selection={"seeds": 1},
+                        skip_finished=True)
+    assert [o.reused for o in changed.outcomes] == [False]
+    # Only the crash runs again, and fails: every run this invocation made failed, so its parent did too.
+    with pytest.raises(SuiteFailed, match="every run of suite 'toy' that this invocation ran failed") as info:
+        run_suite("toy", "both", tracker, config_path=toy, selection={"seeds": 1}, skip_finished=True)
+    assert [(o.plan.name, o.reused, o.status) for o in info.value.result.outcomes] == [
+        ("good-s0", True, "FINISHED"), ("crash-s0", False, "FAILED")]
+    assert tracker.runs[-2].status == "FAILED" and tracker.runs[-1].name == "crash-s0"
+    # A finished run without its headline metrics (say, from a version that did not log them) runs again.
+    for run in tracker.runs:
+        run.metrics.pop("score", None)
+    assert [o.reused for o in run_suite("toy", "base", tracker, config_path=toy, selection={"seeds": 1},
+                                        skip_finished=True).outcomes] == [False]

@@ -43,40 +43,18 @@ from typing import Any
 import pandas as pd
 
 from recurbench.errors import ConfigError, RecurbenchError
-from recurbench.processes import lost_reason, process_gone
 from recurbench.tracking import (
+    RunRecord,
     experiment_name,
     mlflow_client,
     resolve_tracking_uri,
+    run_record,
     search_all_runs,
     sqlite_file,
 )
 
-PARENT_TAG = "mlflow.parentRunId"
 EXECUTION_PARAMS = frozenset({"seed", "torch_threads"})
 """Params that say how a run was executed, not what was run: runs differing only in these pool."""
-
-
-@dataclass(frozen=True)
-class RunRecord:
-    """One nested run as the comparison needs it (latest metric values, tags, params)."""
-
-    run_id: str
-    name: str
-    status: str
-    start_time: int
-    tags: dict[str, str]
-    params: dict[str, str]
-    metrics: dict[str, float]
-    parent_id: str | None
-
-    @property
-    def seed(self) -> int | None:
-        value = self.tags.get("seed", self.params.get("seed"))
-        try:
-            return int(value) if value is not None else None
-        except ValueError:
-            return None
 
 
 @dataclass
@@ -136,22 +114,6 @@ def open_client(tracking_uri: str | None) -> tuple[Any, str]:
                 "(`recurbench run SUITE`) or point --tracking-uri / MLFLOW_TRACKING_URI at your store"
             )
     return mlflow_client(uri), uri
-
-
-def _record(run: Any) -> RunRecord:
-    status, tags = run.info.status, dict(run.data.tags)
-    if status == "RUNNING" and process_gone(tags, run.info.start_time):
-        status, tags["error"] = "LOST", lost_reason(tags)
-    return RunRecord(
-        run_id=run.info.run_id,
-        name=run.info.run_name or run.data.tags.get("mlflow.runName", run.info.run_id),
-        status=status,
-        start_time=int(run.info.start_time or 0),
-        tags=tags,
-        params=dict(run.data.params),
-        metrics=dict(run.data.metrics),
-        parent_id=run.data.tags.get(PARENT_TAG),
-    )
 
 
 SETTINGS = ("shipped", "newest")
@@ -299,7 +261,7 @@ def load_runs(
         raise RecurbenchError(
             f"no experiment {name!r} in the MLflow store {uri}; experiments there: {', '.join(known) or 'none'}"
         )
-    runs = [_record(r) for r in search_all_runs(client, found.experiment_id)]  # newest first
+    runs = [run_record(r) for r in search_all_runs(client, found.experiment_id)]  # newest first
     parents = [r for r in runs if r.tags.get("role") == "parent"]
     nested = [r for r in runs if r.tags.get("role") != "parent"]
     if not nested:

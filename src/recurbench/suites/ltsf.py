@@ -265,9 +265,10 @@ def _job(
     return job, params
 
 
-_DERIVED_PARAMS = ("network.n_features", "network.n_marks", "n_params", "train_windows", "val_windows", "test_windows")
-"""Logged params that follow from the data and the network, not from the profile (the last four are
-logged by ``execute``)."""
+_EXECUTE_PARAMS = ("n_params", "train_windows", "val_windows", "test_windows")
+"""Params ``execute`` logs beside the plan's: they follow from the data and the network."""
+_DERIVED_PARAMS = ("network.n_features", "network.n_marks", *_EXECUTE_PARAMS)
+"""Logged params that follow from the data and the network, not from the profile."""
 
 _BEFORE_LOGGED: dict[str, Any] = {"training.lr_hold_epochs": 1}
 """Settings whose default is not what runs logged before the setting existed did: recurbench halved
@@ -277,6 +278,8 @@ the learning rate after every epoch until ``lr_hold_epochs`` (default 2, Informe
 class LTSFSuite(SuiteDefinition):
     name = "ltsf"
     profile_model = LTSFProfile
+    headline_metrics = ("test_mse", "test_mae", "n_params", "epochs_run", "best_epoch", "seconds_per_epoch")
+    execute_params = _EXECUTE_PARAMS
 
     def plan(self, profile: BaseModel, selection: Mapping[str, Any], *, data_dir: str | None) -> list[RunPlan]:
         assert isinstance(profile, LTSFProfile)

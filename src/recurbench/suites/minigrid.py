@@ -80,6 +80,7 @@ class MinigridSuite(SuiteDefinition):
     name = "minigrid"
     profile_model = MinigridProfile
     default_device = "cpu"  # small recurrent policies: stable-baselines3 advises the CPU for non-CNN policies
+    headline_metrics = ("train_reward", "test_reward", "generalisation_ratio")
 
     def plan(self, profile: BaseModel, selection: Mapping[str, Any], *, data_dir: str | None) -> list[RunPlan]:
         assert isinstance(profile, MinigridProfile)

@@ -6,6 +6,11 @@ is common: loading and validating the YAML, seeding, tracking, progress bars, fa
 the final summary. A configuration that raises is ended FAILED (with the error as a tag); the
 others still run, and the invocation reports the failures at the end.
 
+``skip_finished`` (``recurbench run --skip-finished``) resumes an interrupted or extended invocation:
+a configuration x seed that already has a FINISHED run in the store, with the same suite, profile and
+settings (every logged param, execution params such as the thread count aside, a param an older
+version did not log read at its default), is not run again; that run's results enter the summary.
+
 Suite YAML layout::
 
     suite: ltsf                    # must equal the file's name
@@ -64,6 +69,8 @@ class RunOutcome:
     error: str | None = None
     run_id: str | None = None
     seconds: float = 0.0
+    reused: bool = False
+    """A run found FINISHED in the store (``skip_finished``), not run by this invocation."""
 
 
 @dataclass
@@ -77,6 +84,10 @@ class SuiteResult:
     def failed(self) -> list[RunOutcome]:
         return [o for o in self.outcomes if o.status != "FINISHED"]
 
+    @property
+    def reused(self) -> list[RunOutcome]:
+        return [o for o in self.outcomes if o.reused]
+
 
 class SuiteDefinition(ABC):
     """What a suite provides to the runner."""
@@ -85,6 +96,10 @@ class SuiteDefinition(ABC):
     profile_model: type[StrictModel]
     default_device: str = "auto"
     """The device its runs train on when ``--device`` is not given (see :mod:`recurbench.devices`)."""
+    headline_metrics: tuple[str, ...] = ()
+    """The metrics :meth:`execute` returns (and logs): a stored run is reused only if it has them all."""
+    execute_params: tuple[str, ...] = ()
+    """Params :meth:`execute` logs beside the plan's (the data's window counts, say): any value matches."""
 
     def target_device(self, device: str | None) -> torch.device:
         """``--device`` (None: :attr:`default_device`) as a device this machine has, else a ConfigError."""
@@ -229,24 +244,35 @@ def run_suite(
     overrides: Sequence[str] = (),
     progress_factory: Callable[[RunPlan], ProgressFn] | None = None,
     device: str | None = None,
+    skip_finished: bool = False,
 ) -> SuiteResult:
     """Plan every run (all validation happens here, before training), then execute them in order, on
-    ``device`` (``--device``; None: the suite's :attr:`SuiteDefinition.default_device`)."""
+    ``device`` (``--device``; None: the suite's :attr:`SuiteDefinition.default_device`). With
+    ``skip_finished``, plans that already have a FINISHED run at the same settings are not run again
+    (see the module docstring); when none is left, no parent run is opened (``parent_run_id`` None)."""
     definition, cfg = load_profile(name, profile, config_path, overrides)
     target = definition.target_device(device)
     device_tag = describe_device(target)
     plans = definition.plan(cfg, dict(selection or {}), data_dir=data_dir)
     if not plans:
         raise ConfigError(f"suite {name!r} profile {profile!r}: the selection leaves no run to do")
-    outcomes: list[RunOutcome] = []
     experiment = experiment_name(name)
+    reused = finished_outcomes(definition, tracker, experiment, profile, plans) if skip_finished else {}
+    outcomes = [reused.get(i) for i in range(len(plans))]
+    for o in reused.values():
+        if progress_factory:
+            progress_factory(o.plan)(1, 1, f"already finished as run {o.run_id}: not run again")
+    if len(reused) == len(plans):
+        return SuiteResult(name, profile, None, [o for o in outcomes if o is not None])
     with tracker.run(
         f"{name}-{profile}", experiment=experiment,
         tags=standard_tags(suite=name, profile=profile, role="parent", device=device_tag),
     ) as parent:
-        parent.log_params({"profile": profile, "n_runs": len(plans), "selection": dict(selection or {}),
-                           "overrides": list(overrides)})
-        for plan in plans:
+        parent.log_params({"profile": profile, "n_runs": len(plans) - len(reused), "selection": dict(selection or {}),
+                           "overrides": list(overrides), "skip_finished": skip_finished})
+        for index, plan in enumerate(plans):
+            if outcomes[index] is not None:
+                continue
             raise_if_terminated()
             progress = progress_factory(plan) if progress_factory else (lambda *_: None)
             tags = standard_tags(suite=name, profile=profile, seed=plan.seed, device=device_tag, **plan.tags)
@@ -266,18 +292,51 @@ def run_suite(
             except Exception as exc:  # the run is already marked FAILED by the tracker
                 outcome.error = f"{type(exc).__name__}: {exc}"
                 outcome.seconds = time.perf_counter() - start
-            outcomes.append(outcome)
-        failed = [o for o in outcomes if o.status != "FINISHED"]
-        parent.log_metrics({"runs_finished": len(outcomes) - len(failed), "runs_failed": len(failed)})
-        result = SuiteResult(name, profile, parent.run_id, outcomes)
-        if failed and len(failed) == len(outcomes):
+            outcomes[index] = outcome
+        done = [o for o in outcomes if o is not None]
+        ran = [o for o in done if not o.reused]
+        failed = [o for o in ran if o.status != "FINISHED"]
+        parent.log_metrics({"runs_finished": len(ran) - len(failed), "runs_failed": len(failed),
+                            "runs_skipped": len(reused)})
+        result = SuiteResult(name, profile, parent.run_id, done)
+        if failed and len(failed) == len(ran):
             # Mark the parent FAILED too: nothing in this invocation produced a result.
             raise SuiteFailed(result)
     return result
+
+
+def finished_outcomes(
+    definition: SuiteDefinition, tracker: Tracker, experiment: str, profile: str, plans: Sequence[RunPlan]
+) -> dict[int, RunOutcome]:
+    """The plans (by index) that already have a FINISHED run in the store: same suite, profile,
+    configuration tags and seed, the same settings (:func:`recurbench.reporting.runs.has_settings`,
+    with :attr:`SuiteDefinition.execute_params` matching any value) and every headline metric. The
+    newest such run is reused, with its headline metrics."""
+    from recurbench.reporting.runs import has_settings
+    from recurbench.tracking import flatten, param_value
+
+    stored = tracker.finished_runs(experiment, {"suite": definition.name, "profile": profile})  # newest first
+    if not stored:
+        return {}
+    defaults = definition.param_defaults()
+    found: dict[int, RunOutcome] = {}
+    for index, plan in enumerate(plans):
+        settings: dict[str, str | None] = {k: param_value(v) for k, v in flatten(plan.params).items()}
+        settings.update(dict.fromkeys(definition.execute_params))
+        wanted = {**plan.tags, "seed": str(plan.seed)}
+        for run in stored:
+            if (all(run.tags.get(k) == v for k, v in wanted.items()) and has_settings(run, settings, defaults)
+                    and all(k in run.metrics for k in definition.headline_metrics)):
+                found[index] = RunOutcome(
+                    plan, "FINISHED", metrics={k: run.metrics[k] for k in definition.headline_metrics},
+                    run_id=run.run_id, seconds=run.metrics.get("wall_time_s", 0.0), reused=True,
+                )
+                break
+    return found
 
 
 class SuiteFailed(RecurbenchError):
     def __init__(self, result: SuiteResult) -> None:
         self.result = result
         errors = "\n".join(f"  - {o.plan.name}: {o.error}" for o in result.failed)
-        super().__init__(f"every run of suite {result.suite!r} failed:\n{errors}")
+        super().__init__(f"every run of suite {result.suite!r} that this invocation ran failed:\n{errors}")
