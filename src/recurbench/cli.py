@@ -311,6 +311,11 @@ def run_cmd(
         typer.Option("--skip-finished", help="Do not run again a configuration and seed that already has a FINISHED "
                      "run in the store at the same settings; its results enter the table (resumes a suite)."),
     ] = False,
+    dry_run: Annotated[
+        bool,
+        typer.Option("--dry-run", help="Check the settings and list the runs (with --skip-finished: which are "
+                     "already finished); train nothing, write nothing."),
+    ] = False,
     tracking_uri: TrackingOpt = None,
     data_dir: DataDirOpt = None,
     device: DeviceOpt = None,
@@ -338,6 +343,15 @@ def run_cmd(
         _at_least(1, total_timesteps=total_timesteps)
         selection["total_timesteps"] = total_timesteps
     tracker = make_tracker(tracking_uri)
+    if dry_run:
+        result = run_suite(suite, profile, tracker, selection=selection, data_dir=data_dir, config_path=config,
+                           overrides=overrides or (), device=device, skip_finished=skip_finished, dry_run=True)
+        rows = [[o.plan.name, str(o.plan.seed), f"finished: run {o.run_id}" if o.reused else "to run"]
+                for o in result.outcomes]
+        console.print(_table(f"{suite} / {profile}: dry run", ["run", "seed", "status"], rows))
+        todo = sum(not o.reused for o in result.outcomes)
+        console.print(f"{todo} run(s) to run, {len(result.outcomes) - todo} already finished; nothing was trained or written")
+        return
     with _lost_runs_reported(tracker), Progress(
         TextColumn("{task.description}", markup=False), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=console
     ) as progress:

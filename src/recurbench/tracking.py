@@ -395,6 +395,8 @@ class MlflowTracker(Tracker):
         self.client.set_terminated(run.run_id, status=status)
 
     def finished_runs(self, experiment: str, tags: Mapping[str, str]) -> list[RunRecord]:
+        if (db := sqlite_file(self.tracking_uri)) is not None and not db.is_file():
+            return []  # reading does not create a store
         found = self.client.get_experiment_by_name(experiment)
         if found is None:
             return []

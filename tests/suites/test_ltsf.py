@@ -260,10 +260,21 @@ def test_skip_finished_resumes_a_suite_from_its_mlflow_store(tmp_path, data_dir)
     path = custom_suite(tmp_path, models=["informer"])
     uri = f"sqlite:///{tmp_path / 'store.db'}"
     args = ["run", "ltsf", "--config", str(path), "--data-dir", str(data_dir), "--tracking-uri", uri]
+    # A dry run lists the runs and creates no store.
+    dry = CliRunner().invoke(app, [*args, "--seeds", "2", "--skip-finished", "--dry-run"])
+    assert dry.exit_code == 0, dry.output
+    assert "2 run(s) to run, 0 already finished; nothing was trained or written" in " ".join(dry.output.split())
+    assert not (tmp_path / "store.db").exists()
     first = CliRunner().invoke(app, [*args, "--seeds", "1"])
     assert first.exit_code == 0, first.output
     (stored,) = MlflowTracker(uri).finished_runs("recurbench-ltsf", {"seed": "0"})
     assert stored.name == "informer-ETTh1-24-s0"
+    dry = CliRunner().invoke(app, [*args, "--seeds", "2", "--skip-finished", "--dry-run"])
+    said = " ".join(dry.output.split())
+    assert f"finished: run {stored.run_id}" in said and "1 run(s) to run, 1 already finished" in said
+    client = MlflowTracker(uri).client
+    experiment = client.get_experiment_by_name("recurbench-ltsf").experiment_id
+    assert len(client.search_runs([experiment])) == 2  # still the first run and its parent
     result = CliRunner().invoke(app, [*args, "--seeds", "2", "--skip-finished"])
     assert result.exit_code == 0, result.output
     said = " ".join(result.output.split())  # the console wraps long lines

@@ -254,3 +254,16 @@ def test_skip_finished_runs_again_what_differs_failed_or_lacks_its_results(toy):
         run.metrics.pop("score", None)
     assert [o.reused for o in run_suite("toy", "base", tracker, config_path=toy, selection={"seeds": 1},
                                         skip_finished=True).outcomes] == [False]
+
+
+def test_a_dry_run_plans_reads_the_store_and_writes_nothing(toy):
+    tracker = MemoryTracker()
+    run_suite("toy", "base", tracker, config_path=toy, selection={"seeds": 1})
+    before = list(tracker.runs)
+    dry = run_suite("toy", "base", tracker, config_path=toy, skip_finished=True, dry_run=True)
+    assert [(o.plan.name, o.status, o.reused) for o in dry.outcomes] == [
+        ("good-s0", "FINISHED", True), ("good-s1", "PLANNED", False)]
+    assert dry.failed == [] and dry.parent_run_id is None and tracker.runs == before
+    # Validation still happens: a bad selection is refused as it would be by a real run.
+    with pytest.raises(ConfigError, match=r"models\.0: unknown model 'bad'"):
+        run_suite("toy", "base", tracker, config_path=toy, selection={"models": ["bad"]}, dry_run=True)

@@ -64,7 +64,7 @@ class RunPlan:
 @dataclass
 class RunOutcome:
     plan: RunPlan
-    status: str  # FINISHED | FAILED
+    status: str  # FINISHED | FAILED | PLANNED (a dry run)
     metrics: dict[str, float] = field(default_factory=dict)
     error: str | None = None
     run_id: str | None = None
@@ -82,7 +82,7 @@ class SuiteResult:
 
     @property
     def failed(self) -> list[RunOutcome]:
-        return [o for o in self.outcomes if o.status != "FINISHED"]
+        return [o for o in self.outcomes if o.status == "FAILED"]
 
     @property
     def reused(self) -> list[RunOutcome]:
@@ -245,11 +245,14 @@ def run_suite(
     progress_factory: Callable[[RunPlan], ProgressFn] | None = None,
     device: str | None = None,
     skip_finished: bool = False,
+    dry_run: bool = False,
 ) -> SuiteResult:
     """Plan every run (all validation happens here, before training), then execute them in order, on
     ``device`` (``--device``; None: the suite's :attr:`SuiteDefinition.default_device`). With
     ``skip_finished``, plans that already have a FINISHED run at the same settings are not run again
-    (see the module docstring); when none is left, no parent run is opened (``parent_run_id`` None)."""
+    (see the module docstring); when none is left, no parent run is opened (``parent_run_id`` None).
+    ``dry_run`` stops after planning (and reading the store for ``skip_finished``): the runs left to
+    do come back ``PLANNED``, and nothing is trained or written."""
     definition, cfg = load_profile(name, profile, config_path, overrides)
     target = definition.target_device(device)
     device_tag = describe_device(target)
@@ -259,6 +262,8 @@ def run_suite(
     experiment = experiment_name(name)
     reused = finished_outcomes(definition, tracker, experiment, profile, plans) if skip_finished else {}
     outcomes = [reused.get(i) for i in range(len(plans))]
+    if dry_run:
+        return SuiteResult(name, profile, None, [o or RunOutcome(p, "PLANNED") for o, p in zip(outcomes, plans, strict=True)])
     for o in reused.values():
         if progress_factory:
             progress_factory(o.plan)(1, 1, f"already finished as run {o.run_id}: not run again")
