@@ -289,3 +289,20 @@ def test_tune_with_a_bad_tracking_uri_creates_no_optuna_storage(tmp_path, data_d
     ])
     assert isinstance(result.exception, ConfigError) and "tracking URI 'foo://bar'" in str(result.exception)
     assert not storage.exists()
+
+
+def test_a_data_warning_prints_as_one_line_and_other_warnings_keep_pythons_form(capsys):
+    import warnings
+
+    from recurbench import cli
+    from recurbench.errors import DataWarning
+
+    shown_by_python = []
+    with warnings.catch_warnings():  # restores warnings.showwarning on exit
+        warnings.simplefilter("always")
+        warnings.showwarning = lambda message, category, *args: shown_by_python.append((category, str(message)))
+        cli._show_data_warnings()
+        warnings.warn("data/ETTh1.csv: sha256 abc is not the registry's def", DataWarning, stacklevel=1)
+        warnings.warn("something else", UserWarning, stacklevel=1)
+    assert capsys.readouterr().err == "warning: data/ETTh1.csv: sha256 abc is not the registry's def\n"
+    assert shown_by_python == [(UserWarning, "something else")]

@@ -9,6 +9,7 @@ import json
 import os
 import sys
 import time
+import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Annotated, Any
@@ -20,7 +21,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 from rich.text import Text
 
-from recurbench.errors import RecurbenchError
+from recurbench.errors import DataWarning, RecurbenchError
 from recurbench.runtime import handle_termination, tune_allocator
 
 if TYPE_CHECKING:
@@ -78,6 +79,7 @@ def main() -> None:
     ``RECURBENCH_MALLOC=default`` keeps its defaults)."""
     handle_termination()
     tune_allocator()  # keeps freed tensor memory in the process: no page faults per training step
+    _show_data_warnings()
     # Off a terminal (a log file, a pipe) rich wraps to 80 columns unless $COLUMNS says otherwise, which
     # folds the result tables into unreadable narrow columns; a log file has no width to respect.
     for out in (console, err_console):
@@ -88,6 +90,20 @@ def main() -> None:
     except RecurbenchError as exc:
         err_console.print(f"[red]error:[/red] {escape(str(exc))}", highlight=False)
         sys.exit(1)
+
+
+def _show_data_warnings() -> None:
+    """A :class:`~recurbench.errors.DataWarning` is printed as one line, like an error, not as Python's
+    ``file:line: DataWarning: ...``; other warnings keep Python's form."""
+    python_show = warnings.showwarning
+
+    def show(message, category, filename, lineno, file=None, line=None):  # type: ignore[no-untyped-def]
+        if issubclass(category, DataWarning):
+            err_console.print(f"[yellow]warning:[/yellow] {escape(str(message))}", highlight=False)
+        else:
+            python_show(message, category, filename, lineno, file, line)
+
+    warnings.showwarning = show
 
 
 def _print_json(obj: Any) -> None:

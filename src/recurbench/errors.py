@@ -16,3 +16,8 @@ class DataError(RecurbenchError):
 class ConfigError(RecurbenchError, ValueError):
     """A suite/config file, a command-line choice or an estimator's hyperparameter is invalid (also a
     ``ValueError``, what scikit-learn-style code expects of a bad parameter)."""
+
+
+class DataWarning(UserWarning):
+    """A registered dataset's file is not the one its registry entry pins (its sha256 differs): runs on
+    it proceed, but their results need not compare with the published ones."""

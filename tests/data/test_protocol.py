@@ -133,3 +133,32 @@ def test_windows_share_the_label_part_with_the_input(data_dir):
     np.testing.assert_array_equal(y[48:], data.train.data[10 + 96 : 10 + 96 + 24])
     with pytest.raises(IndexError):
         data.train.window_at(data.train.n_windows)
+
+
+def test_prepared_data_says_which_file_it_came_from_and_warns_when_it_is_not_the_registered_one(tmp_path, data_dir):
+    import hashlib
+    import warnings
+
+    from recurbench.data.registry import get_spec
+    from recurbench.errors import DataWarning
+
+    window = WindowSpec(96, 48, 24)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", DataWarning)  # the registered file: no warning
+        data = prepare("ETTh1", window, data_dir)
+    assert data.provenance() == {"data_path": str(data_dir / "ETTh1.csv"), "data_sha256": get_spec("ETTh1").sha256,
+                                 "data_registry": "match"}
+    # One value changed: the file is read and used as before, with a warning naming it and both digests.
+    text = (data_dir / "ETTh1.csv").read_text().splitlines()
+    text[1] = text[1].rsplit(",", 1)[0] + ",30.5"
+    changed = tmp_path / "ETTh1.csv"
+    changed.write_text("\n".join(text) + "\n")
+    digest = hashlib.sha256(changed.read_bytes()).hexdigest()
+    with pytest.warns(DataWarning) as caught:
+        other = prepare("ETTh1", window, tmp_path)
+    (message,) = [str(w.message) for w in caught]
+    assert message == (f"{changed}: sha256 {digest} is not the registry's {get_spec('ETTh1').sha256} for ETTh1; its "
+                       "results need not compare with the published ones (`recurbench data verify ETTh1`)")
+    assert other.provenance()["data_registry"] == "differs" and other.describe()["sha256"] == digest
+    # A user's CSV, given by path, has no registry entry to compare with.
+    assert prepare(str(changed), window).provenance() == {"data_path": str(changed), "data_sha256": digest}

@@ -196,6 +196,7 @@ def test_tiny_run_logs_what_the_issue_asks(tmp_path, data_dir):
         assert [step for step, _ in run.metrics["val_loss"]] == [1, 2]
         assert run.last("test_mse") > 0 and run.last("test_mae") > 0 and run.last("n_params") > 0
         assert run.params["network.d_model"] == 16 and run.params["test_windows"] == 2857
+        assert run.tags["data_path"] == str(data_dir / "ETTh1.csv") and run.tags["data_registry"] == "match"
     rsa = runs["rsa_informer"]
     gates = [k for k in rsa.metrics if k.startswith("gate.")]
     assert sorted(gates) == ["gate.decoder.0.cross", "gate.decoder.0.self", "gate.encoder.0.self", "gate.encoder.1.self"]

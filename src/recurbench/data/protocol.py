@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import csv
 import os
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -29,8 +30,8 @@ import pandas as pd
 import torch
 from torch.utils.data import Dataset
 
-from recurbench.data.registry import DATASETS, SplitKind, get_spec, locate
-from recurbench.errors import DataError
+from recurbench.data.registry import DATASETS, SplitKind, get_spec, locate, sha256_of
+from recurbench.errors import DataError, DataWarning
 
 DATE_COLUMN = "date"
 SPLITS = ("train", "val", "test")
@@ -342,6 +343,18 @@ class LTSFData:
     scaler: StandardScaler
     splits: dict[str, Split] = field(repr=False)
     time_feature_names: tuple[str, ...]
+    sha256: str = ""
+    """Of the file read."""
+    registry_sha256: str | None = None
+    """What the registry pins for a registered dataset (None for a user's CSV)."""
+
+    def provenance(self) -> dict[str, str]:
+        """Which file the data came from, as tags for a tracked run: ``data_path``, ``data_sha256`` and,
+        for a registered dataset, ``data_registry`` (``match`` or ``differs``)."""
+        out = {"data_path": str(self.series.source), "data_sha256": self.sha256}
+        if self.registry_sha256 is not None:
+            out["data_registry"] = "match" if self.sha256 == self.registry_sha256 else "differs"
+        return out
 
     @property
     def train(self) -> Split:
@@ -364,6 +377,7 @@ class LTSFData:
         info: dict[str, object] = {
             "name": self.name,
             "path": str(self.series.source),
+            "sha256": self.sha256,
             "rows": len(self.series),
             "columns": list(self.series.columns),
             "target": self.series.target,
@@ -410,6 +424,13 @@ def prepare(
     """
     name, path, split_kind, default_target = resolve(name_or_path, data_dir)
     series = read_series(path, target=target or default_target)
+    digest = sha256_of(path)
+    pinned = get_spec(name_or_path).sha256 if name_or_path in DATASETS else None
+    if pinned is not None and digest != pinned:
+        warnings.warn(
+            f"{path}: sha256 {digest} is not the registry's {pinned} for {name}; its results need not compare "
+            f"with the published ones (`recurbench data verify {name}`)", DataWarning, stacklevel=2,
+        )
     borders = split_borders(len(series), split_kind, window.seq_len)
     train_start, train_end = borders["train"]
     scaler = StandardScaler.fit(series.values[train_start:train_end])
@@ -431,5 +452,7 @@ def prepare(
         scaler=scaler,
         splits=splits,
         time_feature_names=time_feature_names(series.step),
+        sha256=digest,
+        registry_sha256=pinned,
     )
 

@@ -358,6 +358,7 @@ class LTSFSuite(SuiteDefinition):
         data = _prepared(job.dataset, job.window, data_dir)
         network = build_network(job.model, job.network).to(device)
         n_params = count_parameters(network)
+        run.set_tags(data.provenance())
         run.log_metrics({"n_params": n_params})
         run.log_params({"n_params": n_params, "train_windows": data.train.n_windows,
                         "val_windows": data.val.n_windows, "test_windows": data.test.n_windows})

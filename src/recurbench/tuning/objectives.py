@@ -127,6 +127,7 @@ class LTSFObjective(Objective):
             )
         run.log_params({"k": list(choice.k), "dilations": list(choice.dilations), "gate_init": choice.gate_init,
                         "learning_rate": training.learning_rate, "rsa_lr_factor": training.rsa_lr_factor})
+        run.set_tags(self.data.provenance())
         trial.set_user_attr("k", list(choice.k))
         trial.set_user_attr("dilations", list(choice.dilations))
         seed_everything(self.seed)
