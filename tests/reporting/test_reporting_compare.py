@@ -364,3 +364,26 @@ def test_shipped_settings_are_what_the_suites_plan_and_log(data_dir):
     for plan in definition.plan(quick, {"seeds": 1}, data_dir=None):
         logged = {k: param_value(v) for k, v in flatten(plan.params).items()}
         assert shipped[(plan.tags["env"], plan.tags["agent"])] == logged
+
+
+def test_runs_on_a_data_file_other_than_the_registered_one_are_named(tmp_path):
+    from recurbench.tracking import MlflowTracker, experiment_name, standard_tags
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    tracker = MlflowTracker(uri)
+    tracker.client.create_experiment(experiment_name("ltsf"), artifact_location=(tmp_path / "a").as_uri())
+    with tracker.run("ltsf-quick", experiment=experiment_name("ltsf"),
+                     tags=standard_tags(suite="ltsf", profile="quick", role="parent")) as parent:
+        for seed, mse, digest, registry in [(0, 0.60, "aaa", "match"), (1, 0.80, "bbb", "differs")]:
+            tags = standard_tags(suite="ltsf", profile="quick", seed=seed, dataset="ETTh1", horizon=24, model="informer",
+                                 data_sha256=digest, data_registry=registry)
+            with tracker.run(f"informer-s{seed}", experiment=experiment_name("ltsf"), parent=parent, tags=tags) as run:
+                run.log_params({"seed": seed})
+                run.log_metrics({"test_mse": mse, "test_mae": mse})
+    pooled = compare("ltsf", tracking_uri=uri, settings="newest")
+    assert cell(pooled, "mse", model="informer")["n"] == 2
+    assert ("1 run(s) read a data file other than the one the registry pins (tag data_registry=differs): "
+            "informer-s1; --by data_sha256 shows them apart") in pooled.notes
+    apart = compare("ltsf", tracking_uri=uri, settings="newest", by=["dataset", "horizon", "model", "data_sha256"])
+    assert cell(apart, "mse", model="informer", data_sha256="bbb")["mean"] == pytest.approx(0.80)
+    assert cell(apart, "mse", model="informer", data_sha256="aaa")["mean"] == pytest.approx(0.60)

@@ -342,6 +342,12 @@ def load_runs(
         )
     if superseded:
         notes.append(f"{superseded} older finished run(s) superseded by a later run of the same configuration and seed")
+    if other_data := [r.name for r in finished if r.tags.get("data_registry") == "differs"]:
+        notes.append(
+            f"{len(other_data)} run(s) read a data file other than the one the registry pins (tag data_registry="
+            f"differs): {', '.join(other_data[:3])}{', ...' if len(other_data) > 3 else ''}; --by data_sha256 "
+            "shows them apart"
+        )
     unfinished = [r for r in nested if r.status != "FINISHED"]
     return SuiteRuns(
         suite=suite,
