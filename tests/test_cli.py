@@ -151,6 +151,14 @@ def test_total_timesteps_is_minigrid_only():
     assert "--total-timesteps applies to the minigrid suite, not 'ltsf'" in str(result.exception)
 
 
+def test_a_bad_shard_is_refused_before_anything_is_planned(tmp_path):
+    store = tmp_path / "store.db"
+    result = runner.invoke(app, ["run", "ltsf", "--shard", "3/2", "--tracking-uri", f"sqlite:///{store}"])
+    assert isinstance(result.exception, RecurbenchError)
+    assert str(result.exception) == "--shard: expected K/N with 1 <= K <= N (this invocation's share of N), got '3/2'"
+    assert not store.exists()
+
+
 def test_first_seed_must_not_be_negative():
     result = runner.invoke(app, ["run", "ltsf", "--first-seed", "-1"])
     assert isinstance(result.exception, RecurbenchError)

@@ -327,6 +327,11 @@ def run_cmd(
         typer.Option("--skip-finished", help="Do not run again a configuration and seed that already has a FINISHED "
                      "run in the store at the same settings; its results enter the table (resumes a suite)."),
     ] = False,
+    shard: Annotated[
+        str | None,
+        typer.Option("--shard", help="K/N: run only every N-th run of the selection, starting with the K-th, so that "
+                     "N invocations share it (with --skip-finished, each resumes its own share)."),
+    ] = None,
     dry_run: Annotated[
         bool,
         typer.Option("--dry-run", help="Check the settings and list the runs (with --skip-finished: which are "
@@ -338,7 +343,7 @@ def run_cmd(
 ) -> None:
     """Run a suite profile; every configuration and seed becomes a nested MLflow run."""
     from recurbench.suites import run_suite
-    from recurbench.suites.runner import SUITES
+    from recurbench.suites.runner import SUITES, parse_shard
     from recurbench.tracking import make_tracker
 
     if suite not in SUITES:
@@ -358,10 +363,12 @@ def run_cmd(
             raise RecurbenchError(f"--total-timesteps applies to the minigrid suite, not {suite!r}")
         _at_least(1, total_timesteps=total_timesteps)
         selection["total_timesteps"] = total_timesteps
+    share = parse_shard(shard) if shard is not None else None
     tracker = make_tracker(tracking_uri)
     if dry_run:
         result = run_suite(suite, profile, tracker, selection=selection, data_dir=data_dir, config_path=config,
-                           overrides=overrides or (), device=device, skip_finished=skip_finished, dry_run=True)
+                           overrides=overrides or (), device=device, skip_finished=skip_finished, dry_run=True,
+                           shard=share)
         rows = [[o.plan.name, str(o.plan.seed), f"finished: run {o.run_id}" if o.reused else "to run"]
                 for o in result.outcomes]
         console.print(_table(f"{suite} / {profile}: dry run", ["run", "seed", "status"], rows))
@@ -374,7 +381,7 @@ def run_cmd(
         result = run_suite(
             suite, profile, tracker, selection=selection, data_dir=data_dir, config_path=config,
             overrides=overrides or (), progress_factory=_RunProgress(progress), device=device,
-            skip_finished=skip_finished,
+            skip_finished=skip_finished, shard=share,
         )
     header, rows = SUITES[suite]().summary_rows(result.outcomes)
     console.print(_table(f"{suite} / {profile}", header, rows))

@@ -267,3 +267,27 @@ def test_a_dry_run_plans_reads_the_store_and_writes_nothing(toy):
     # Validation still happens: a bad selection is refused as it would be by a real run.
     with pytest.raises(ConfigError, match=r"models\.0: unknown model 'bad'"):
         run_suite("toy", "base", tracker, config_path=toy, selection={"models": ["bad"]}, dry_run=True)
+
+
+def test_shards_split_the_plans_without_overlap_and_resume_on_their_own(toy):
+    from recurbench.suites.runner import parse_shard
+
+    names = {}
+    for k in (1, 2):
+        result = run_suite("toy", "base", MemoryTracker(), config_path=toy, selection={"seeds": 5}, shard=(k, 2))
+        names[k] = [o.plan.name for o in result.outcomes]
+    assert names == {1: ["good-s0", "good-s2", "good-s4"], 2: ["good-s1", "good-s3"]}
+    # With --skip-finished a shard resumes its own share: after shard 1 has run, shard 2 still has all of its.
+    tracker = MemoryTracker()
+    run_suite("toy", "base", tracker, config_path=toy, selection={"seeds": 5}, shard=(1, 2))
+    second = run_suite("toy", "base", tracker, config_path=toy, selection={"seeds": 5}, shard=(2, 2), skip_finished=True)
+    assert [(o.plan.name, o.reused) for o in second.outcomes] == [("good-s1", False), ("good-s3", False)]
+    assert tracker.runs[-3].params["shard"] == "2/2"
+    whole = run_suite("toy", "base", tracker, config_path=toy, selection={"seeds": 5}, skip_finished=True)
+    assert whole.parent_run_id is None and all(o.reused for o in whole.outcomes)
+    with pytest.raises(ConfigError, match=r"^--shard 3/3: this shard has no run; the selection has 2$"):
+        run_suite("toy", "base", MemoryTracker(), config_path=toy, shard=(3, 3))
+    assert parse_shard("2/8") == (2, 8)
+    for bad in ("0/2", "3/2", "2", "a/b", "1/0", "-1/2"):
+        with pytest.raises(ConfigError, match=rf"^--shard: expected K/N with 1 <= K <= N .*, got '{bad}'$"):
+            parse_shard(bad)

@@ -6,6 +6,10 @@ is common: loading and validating the YAML, seeding, tracking, progress bars, fa
 the final summary. A configuration that raises is ended FAILED (with the error as a tag); the
 others still run, and the invocation reports the failures at the end.
 
+``shard=(k, n)`` (``recurbench run --shard k/n``) keeps every n-th plan, starting with the k-th, so
+that n invocations (on as many cores, GPUs or machines) share one selection without overlap; all n see
+the same plans, in the same order, because planning depends on the selection alone.
+
 ``skip_finished`` (``recurbench run --skip-finished``) resumes an interrupted or extended invocation:
 a configuration x seed that already has a FINISHED run in the store, with the same suite, profile and
 settings (every logged param, execution params such as the thread count aside, a param an older
@@ -246,19 +250,26 @@ def run_suite(
     device: str | None = None,
     skip_finished: bool = False,
     dry_run: bool = False,
+    shard: tuple[int, int] | None = None,
 ) -> SuiteResult:
     """Plan every run (all validation happens here, before training), then execute them in order, on
     ``device`` (``--device``; None: the suite's :attr:`SuiteDefinition.default_device`). With
     ``skip_finished``, plans that already have a FINISHED run at the same settings are not run again
     (see the module docstring); when none is left, no parent run is opened (``parent_run_id`` None).
     ``dry_run`` stops after planning (and reading the store for ``skip_finished``): the runs left to
-    do come back ``PLANNED``, and nothing is trained or written."""
+    do come back ``PLANNED``, and nothing is trained or written. ``shard`` (k, n) keeps plans k-1,
+    k-1+n, ... (:func:`parse_shard`)."""
     definition, cfg = load_profile(name, profile, config_path, overrides)
     target = definition.target_device(device)
     device_tag = describe_device(target)
     plans = definition.plan(cfg, dict(selection or {}), data_dir=data_dir)
     if not plans:
         raise ConfigError(f"suite {name!r} profile {profile!r}: the selection leaves no run to do")
+    if shard is not None:
+        k, n = shard
+        if not plans[k - 1 :: n]:
+            raise ConfigError(f"--shard {k}/{n}: this shard has no run; the selection has {len(plans)}")
+        plans = plans[k - 1 :: n]
     experiment = experiment_name(name)
     reused = finished_outcomes(definition, tracker, experiment, profile, plans) if skip_finished else {}
     outcomes = [reused.get(i) for i in range(len(plans))]
@@ -274,7 +285,8 @@ def run_suite(
         tags=standard_tags(suite=name, profile=profile, role="parent", device=device_tag),
     ) as parent:
         parent.log_params({"profile": profile, "n_runs": len(plans) - len(reused), "selection": dict(selection or {}),
-                           "overrides": list(overrides), "skip_finished": skip_finished})
+                           "overrides": list(overrides), "skip_finished": skip_finished,
+                           "shard": f"{shard[0]}/{shard[1]}" if shard else None})
         for index, plan in enumerate(plans):
             if outcomes[index] is not None:
                 continue
@@ -308,6 +320,14 @@ def run_suite(
             # Mark the parent FAILED too: nothing in this invocation produced a result.
             raise SuiteFailed(result)
     return result
+
+
+def parse_shard(text: str) -> tuple[int, int]:
+    """``"k/n"`` (1 <= k <= n) as ``(k, n)``; anything else is a ConfigError naming ``--shard``."""
+    k, sep, n = text.partition("/")
+    if sep and k.strip().isdigit() and n.strip().isdigit() and 1 <= int(k) <= int(n):
+        return int(k), int(n)
+    raise ConfigError(f"--shard: expected K/N with 1 <= K <= N (this invocation's share of N), got {text!r}")
 
 
 def finished_outcomes(
