@@ -251,22 +251,12 @@ def test_grouping_by_a_param_an_older_run_did_not_log_reads_its_default(tmp_path
     # rsa_informer seed 0 was logged before training.rsa_gate_lr_factor existed, seed 1 after (at its
     # default, None): grouped by that param they are one cell of two seeds. The baseline logged no rsa.*
     # params at all, so it gains none: grouped by rsa.gate_init it is left out, not given a gate.
-    from recurbench.tracking import MlflowTracker, experiment_name, standard_tags
-
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    tracker = MlflowTracker(uri)
-    tracker.client.create_experiment(experiment_name("ltsf"), artifact_location=(tmp_path / "a").as_uri())
-    with tracker.run("ltsf-quick", experiment=experiment_name("ltsf"),
-                     tags=standard_tags(suite="ltsf", profile="quick", role="parent")) as parent:
-        runs = [("rsa_informer", 0, 0.40, {"rsa.k": "[2, 0, 0, 0, 0, 0]", "training.rsa_lr_factor": "1.0"}),
-                ("rsa_informer", 1, 0.44, {"rsa.k": "[2, 0, 0, 0, 0, 0]", "rsa.gate_init": "1.0",
-                                           "training.rsa_lr_factor": "1.0", "training.rsa_gate_lr_factor": "None"}),
-                ("informer", 0, 0.70, {"training.rsa_lr_factor": "1.0", "training.rsa_gate_lr_factor": "None"})]
-        for model, seed, mse, params in runs:
-            tags = standard_tags(suite="ltsf", profile="quick", seed=seed, dataset="ETTh1", horizon=24, model=model)
-            with tracker.run(f"{model}-s{seed}", experiment=experiment_name("ltsf"), parent=parent, tags=tags) as run:
-                run.log_params({"seed": seed, **params})
-                run.log_metrics({"test_mse": mse, "test_mae": mse})
+    uri = _ltsf_store(tmp_path, [
+        ("rsa_informer", 0, 0.40, {"rsa.k": "[2, 0, 0, 0, 0, 0]", "training.rsa_lr_factor": "1.0"}),
+        ("rsa_informer", 1, 0.44, {"rsa.k": "[2, 0, 0, 0, 0, 0]", "rsa.gate_init": "1.0",
+                                   "training.rsa_lr_factor": "1.0", "training.rsa_gate_lr_factor": "None"}),
+        ("informer", 0, 0.70, {"training.rsa_lr_factor": "1.0", "training.rsa_gate_lr_factor": "None"}),
+    ])
     keys = ["dataset", "horizon", "model"]
     by_gate_rate = compare("ltsf", tracking_uri=uri, by=[*keys, "training.rsa_gate_lr_factor"])
     c = cell(by_gate_rate, "mse", model="rsa_informer", **{"training.rsa_gate_lr_factor": "None"})
@@ -286,26 +276,35 @@ def _shipped_store(tmp_path):
     newer ``--set training.rsa_lr_factor=1000`` probe (seed 0, MSE 0.90); ETTh1-24 informer: one run
     whose d_ff the profile no longer ships (MSE 0.70)."""
     from recurbench.reporting.runs import suite_shipped_settings
-    from recurbench.tracking import MlflowTracker, experiment_name, standard_tags
 
     shipped = {(t["dataset"], t["horizon"], t["model"]): p for t, p in suite_shipped_settings("ltsf", "quick")}
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    tracker = MlflowTracker(uri)
-    tracker.client.create_experiment(experiment_name("ltsf"), artifact_location=(tmp_path / "a").as_uri())
 
     def logged(model, **changes):
         params = {k: "7" if v is None else v for k, v in shipped[("ETTh1", "24", model)].items()}  # data-derived: any
-        return {**params, **changes}
+        return {**params, **changes, "torch_threads": 1}
 
-    runs = [("rsa_xl", 0, 0.50, logged("rsa_xl")), ("rsa_xl", 1, 0.52, logged("rsa_xl")),
-            ("rsa_xl", 0, 0.90, logged("rsa_xl", **{"training.rsa_lr_factor": "1000.0"})),
-            ("informer", 0, 0.70, logged("informer", **{"network.d_ff": "4096"}))]
-    for model, seed, mse, params in runs:
+    return _ltsf_store(tmp_path, [
+        ("rsa_xl", 0, 0.50, logged("rsa_xl")), ("rsa_xl", 1, 0.52, logged("rsa_xl")),
+        ("rsa_xl", 0, 0.90, logged("rsa_xl", **{"training.rsa_lr_factor": "1000.0"})),
+        ("informer", 0, 0.70, logged("informer", **{"network.d_ff": "4096"})),
+    ])
+
+
+def _ltsf_store(tmp_path, runs):
+    """An MLflow store of ltsf ``quick`` runs on ETTh1-24, each in an invocation of its own, in order:
+    ``(model, seed, mse, params[, tags])`` (MAE = MSE)."""
+    from recurbench.tracking import MlflowTracker, experiment_name, standard_tags
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    tracker = MlflowTracker(uri)
+    tracker.client.create_experiment(experiment_name("ltsf"), artifact_location=(tmp_path / "a").as_uri())
+    for model, seed, mse, params, *extra in runs:
         with tracker.run("ltsf-quick", experiment=experiment_name("ltsf"),
                          tags=standard_tags(suite="ltsf", profile="quick", role="parent")) as parent:
-            tags = standard_tags(suite="ltsf", profile="quick", seed=seed, dataset="ETTh1", horizon=24, model=model)
+            tags = standard_tags(suite="ltsf", profile="quick", seed=seed, dataset="ETTh1", horizon=24, model=model,
+                                 **(extra[0] if extra else {}))
             with tracker.run(f"{model}-s{seed}", experiment=experiment_name("ltsf"), parent=parent, tags=tags) as run:
-                run.log_params({**params, "seed": seed, "torch_threads": 1})
+                run.log_params({**params, "seed": seed})
                 run.log_metrics({"test_mse": mse, "test_mae": mse})
     return uri
 
@@ -367,19 +366,10 @@ def test_shipped_settings_are_what_the_suites_plan_and_log(data_dir):
 
 
 def test_runs_on_a_data_file_other_than_the_registered_one_are_named(tmp_path):
-    from recurbench.tracking import MlflowTracker, experiment_name, standard_tags
-
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    tracker = MlflowTracker(uri)
-    tracker.client.create_experiment(experiment_name("ltsf"), artifact_location=(tmp_path / "a").as_uri())
-    with tracker.run("ltsf-quick", experiment=experiment_name("ltsf"),
-                     tags=standard_tags(suite="ltsf", profile="quick", role="parent")) as parent:
-        for seed, mse, digest, registry in [(0, 0.60, "aaa", "match"), (1, 0.80, "bbb", "differs")]:
-            tags = standard_tags(suite="ltsf", profile="quick", seed=seed, dataset="ETTh1", horizon=24, model="informer",
-                                 data_sha256=digest, data_registry=registry)
-            with tracker.run(f"informer-s{seed}", experiment=experiment_name("ltsf"), parent=parent, tags=tags) as run:
-                run.log_params({"seed": seed})
-                run.log_metrics({"test_mse": mse, "test_mae": mse})
+    uri = _ltsf_store(tmp_path, [
+        ("informer", 0, 0.60, {}, {"data_sha256": "aaa", "data_registry": "match"}),
+        ("informer", 1, 0.80, {}, {"data_sha256": "bbb", "data_registry": "differs"}),
+    ])
     pooled = compare("ltsf", tracking_uri=uri, settings="newest")
     assert cell(pooled, "mse", model="informer")["n"] == 2
     assert ("1 run(s) read a data file other than the one the registry pins (tag data_registry=differs): "
