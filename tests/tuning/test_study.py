@@ -325,3 +325,5 @@ def test_with_checks_within_epochs_the_pruner_sees_every_check(tmp_path, data_di
     assert trial.state == TrialState.COMPLETE
     assert sorted(trial.intermediate_values) == [2, 4]  # after 2 and 4 of the epoch's 4 batches
     assert trial.value == min(trial.intermediate_values.values())  # the best check's weights are kept
+    (run,) = [r for r in tracker.runs if r.tags.get("role") == "trial"]
+    assert run.tags["data_path"] == str(data_dir / "ETTh1.csv") and run.tags["data_registry"] == "match"
