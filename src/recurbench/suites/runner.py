@@ -44,7 +44,7 @@ from recurbench.devices import describe_device, resolve_device
 from recurbench.errors import ConfigError, RecurbenchError
 from recurbench.runtime import raise_if_terminated
 from recurbench.seeding import seed_everything
-from recurbench.tracking import RunHandle, Tracker, experiment_name, standard_tags
+from recurbench.tracking import RunHandle, RunRecord, Tracker, experiment_name, standard_tags
 
 if TYPE_CHECKING:
     import torch
@@ -344,14 +344,17 @@ def finished_outcomes(
     if not stored:
         return {}
     defaults = definition.param_defaults()
+    keys = sorted({"seed", *(k for plan in plans for k in plan.tags)})
+    by_config: dict[tuple[str | None, ...], list[RunRecord]] = {}
+    for run in stored:
+        by_config.setdefault(tuple(run.tags.get(k) for k in keys), []).append(run)
     found: dict[int, RunOutcome] = {}
     for index, plan in enumerate(plans):
         settings: dict[str, str | None] = {k: param_value(v) for k, v in flatten(plan.params).items()}
         settings.update(dict.fromkeys(definition.execute_params))
         wanted = {**plan.tags, "seed": str(plan.seed)}
-        for run in stored:
-            if (all(run.tags.get(k) == v for k, v in wanted.items()) and has_settings(run, settings, defaults)
-                    and all(k in run.metrics for k in definition.headline_metrics)):
+        for run in by_config.get(tuple(wanted.get(k) for k in keys), []):
+            if has_settings(run, settings, defaults) and all(k in run.metrics for k in definition.headline_metrics):
                 found[index] = RunOutcome(
                     plan, "FINISHED", metrics={k: run.metrics[k] for k in definition.headline_metrics},
                     run_id=run.run_id, seconds=run.metrics.get("wall_time_s", 0.0), reused=True,
