@@ -369,11 +369,13 @@ def run_cmd(
         result = run_suite(suite, profile, tracker, selection=selection, data_dir=data_dir, config_path=config,
                            overrides=overrides or (), device=device, skip_finished=skip_finished, dry_run=True,
                            shard=share)
-        rows = [[o.plan.name, str(o.plan.seed), f"finished: run {o.run_id}" if o.reused else "to run"]
-                for o in result.outcomes]
+        shown = {"FINISHED": "finished: run {}", "RUNNING": "running now: run {} (would be run again)", "PLANNED": "to run"}
+        rows = [[o.plan.name, str(o.plan.seed), shown[o.status].format(o.run_id)] for o in result.outcomes]
         console.print(_table(f"{suite} / {profile}: dry run", ["run", "seed", "status"], rows))
         todo = sum(not o.reused for o in result.outcomes)
-        console.print(f"{todo} run(s) to run, {len(result.outcomes) - todo} already finished; nothing was trained or written")
+        running = sum(o.status == "RUNNING" for o in result.outcomes)
+        console.print(f"{todo} run(s) to run ({running} of them running now in another process), "
+                      f"{len(result.outcomes) - todo} already finished; nothing was trained or written")
         return
     with _lost_runs_reported(tracker), Progress(
         TextColumn("{task.description}", markup=False), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=console

@@ -14,7 +14,7 @@ Conventions (every suite, study and benchmark follows them):
   saying so (:func:`mark_lost_runs`), and comparisons show them as ``LOST`` until then.
 
 Runs are read back as :class:`RunRecord` (latest metric values, params as logged text):
-:meth:`Tracker.finished_runs` for ``recurbench run --skip-finished``, and
+:meth:`Tracker.stored_runs` for ``recurbench run --skip-finished``, and
 :mod:`recurbench.reporting.runs` for comparisons.
 
 The default store is embedded: ``sqlite:///results/mlflow.db`` with artifacts under
@@ -171,9 +171,10 @@ class Tracker(ABC):
         """Names of earlier runs this tracker marked FAILED because their process was gone."""
         return []
 
-    def finished_runs(self, experiment: str, tags: Mapping[str, str]) -> list[RunRecord]:
-        """The FINISHED runs of ``experiment`` (parent runs aside) carrying every tag in ``tags``,
-        newest first; [] when the experiment does not exist yet."""
+    def stored_runs(self, experiment: str, tags: Mapping[str, str], status: str = "FINISHED") -> list[RunRecord]:
+        """The runs of ``experiment`` in ``status`` (parent runs aside) carrying every tag in ``tags``,
+        newest first; [] when the experiment does not exist yet. ``RUNNING`` leaves out the runs whose
+        process is surely gone (they read as ``LOST``: :func:`run_record`)."""
         return []
 
     @contextmanager
@@ -257,12 +258,12 @@ class MemoryTracker(Tracker):
     def children(self, parent: RunHandle) -> list[RecordedRun]:
         return [r for r in self.runs if r.parent_id == parent.run_id]
 
-    def finished_runs(self, experiment: str, tags: Mapping[str, str]) -> list[RunRecord]:
+    def stored_runs(self, experiment: str, tags: Mapping[str, str], status: str = "FINISHED") -> list[RunRecord]:
         return [
             RunRecord(r.run_id, r.name, r.status, i, dict(r.tags), {k: param_value(v) for k, v in r.params.items()},
                       {k: values[-1][1] for k, values in r.metrics.items()}, r.parent_id)
             for i, r in reversed(list(enumerate(self.runs)))
-            if r.experiment == experiment and r.status == "FINISHED" and _is_nested_with(r.tags, tags)
+            if r.experiment == experiment and r.status == status and _is_nested_with(r.tags, tags)
         ]
 
 
@@ -394,15 +395,15 @@ class MlflowTracker(Tracker):
     def _end(self, run: RunHandle, status: str) -> None:
         self.client.set_terminated(run.run_id, status=status)
 
-    def finished_runs(self, experiment: str, tags: Mapping[str, str]) -> list[RunRecord]:
+    def stored_runs(self, experiment: str, tags: Mapping[str, str], status: str = "FINISHED") -> list[RunRecord]:
         if (db := sqlite_file(self.tracking_uri)) is not None and not db.is_file():
             return []  # reading does not create a store
         found = self.client.get_experiment_by_name(experiment)
-        if found is None:
+        if found is None or status not in ("FINISHED", "RUNNING", "FAILED", "KILLED", "SCHEDULED"):
             return []
         # Tags are compared here rather than in MLflow's filter syntax, which would need their values quoted.
-        runs = search_all_runs(self.client, found.experiment_id, "attributes.status = 'FINISHED'")
-        return [record for record in map(run_record, runs) if _is_nested_with(record.tags, tags)]
+        runs = search_all_runs(self.client, found.experiment_id, f"attributes.status = '{status}'")
+        return [r for r in map(run_record, runs) if r.status == status and _is_nested_with(r.tags, tags)]
 
 
 def _is_nested_with(run_tags: Mapping[str, str], tags: Mapping[str, str]) -> bool:

@@ -264,15 +264,15 @@ def test_skip_finished_resumes_a_suite_from_its_mlflow_store(tmp_path, data_dir)
     # A dry run lists the runs and creates no store.
     dry = CliRunner().invoke(app, [*args, "--seeds", "2", "--skip-finished", "--dry-run"])
     assert dry.exit_code == 0, dry.output
-    assert "2 run(s) to run, 0 already finished; nothing was trained or written" in " ".join(dry.output.split())
+    assert "2 run(s) to run (0 of them running now in another process), 0 already finished; nothing was trained or written" in " ".join(dry.output.split())
     assert not (tmp_path / "store.db").exists()
     first = CliRunner().invoke(app, [*args, "--seeds", "1"])
     assert first.exit_code == 0, first.output
-    (stored,) = MlflowTracker(uri).finished_runs("recurbench-ltsf", {"seed": "0"})
+    (stored,) = MlflowTracker(uri).stored_runs("recurbench-ltsf", {"seed": "0"})
     assert stored.name == "informer-ETTh1-24-s0"
     dry = CliRunner().invoke(app, [*args, "--seeds", "2", "--skip-finished", "--dry-run"])
     said = " ".join(dry.output.split())
-    assert f"finished: run {stored.run_id}" in said and "1 run(s) to run, 1 already finished" in said
+    assert f"finished: run {stored.run_id}" in said and "1 run(s) to run (0 of them running now in another process), 1 already finished" in said
     client = MlflowTracker(uri).client
     experiment = client.get_experiment_by_name("recurbench-ltsf").experiment_id
     assert len(client.search_runs([experiment])) == 2  # still the first run and its parent
@@ -281,7 +281,7 @@ def test_skip_finished_resumes_a_suite_from_its_mlflow_store(tmp_path, data_dir)
     said = " ".join(result.output.split())  # the console wraps long lines
     assert "1 of 2 run(s) were already finished at these settings and were not run again (--skip-finished)" in said
     assert f"informer-ETTh1-24-s0 ({stored.run_id})" in said
-    runs = MlflowTracker(uri).finished_runs("recurbench-ltsf", {})
+    runs = MlflowTracker(uri).stored_runs("recurbench-ltsf", {})
     assert sorted(r.name for r in runs) == ["informer-ETTh1-24-s0", "informer-ETTh1-24-s1"]
     # The table's mean is over both seeds: the stored one and the one just run.
     mean = (runs[0].metrics["test_mse"] + runs[1].metrics["test_mse"]) / 2
@@ -290,4 +290,4 @@ def test_skip_finished_resumes_a_suite_from_its_mlflow_store(tmp_path, data_dir)
     result = CliRunner().invoke(app, [*args, "--seeds", "1", "--skip-finished", "--set", "training.learning_rate=2e-4"])
     assert result.exit_code == 0, result.output
     assert "already finished" not in result.output
-    assert len(MlflowTracker(uri).finished_runs("recurbench-ltsf", {})) == 3
+    assert len(MlflowTracker(uri).stored_runs("recurbench-ltsf", {})) == 3

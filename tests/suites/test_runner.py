@@ -264,6 +264,15 @@ def test_a_dry_run_plans_reads_the_store_and_writes_nothing(toy):
     assert [(o.plan.name, o.status, o.reused) for o in dry.outcomes] == [
         ("good-s0", "FINISHED", True), ("good-s1", "PLANNED", False)]
     assert dry.failed == [] and dry.parent_run_id is None and tracker.runs == before
+    # A run of seed 1 in progress elsewhere (a live process) is reported as such, not reused.
+    from recurbench.tracking import standard_tags
+
+    live = tracker._start("recurbench-toy", "good-s1", standard_tags(suite="toy", profile="base", seed=1, model="good"), None)
+    live.log_params({"scale": 1.0, "seed": 1})
+    dry = run_suite("toy", "base", tracker, config_path=toy, skip_finished=True, dry_run=True)
+    assert [(o.status, o.run_id, o.reused) for o in dry.outcomes][1] == ("RUNNING", live.run_id, False)
+    assert [o.status for o in run_suite("toy", "base", tracker, config_path=toy, dry_run=True).outcomes] == [
+        "PLANNED", "PLANNED"]  # without --skip-finished the store is not read
     # Validation still happens: a bad selection is refused as it would be by a real run.
     with pytest.raises(ConfigError, match=r"models\.0: unknown model 'bad'"):
         run_suite("toy", "base", tracker, config_path=toy, selection={"models": ["bad"]}, dry_run=True)

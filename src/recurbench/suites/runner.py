@@ -68,7 +68,7 @@ class RunPlan:
 @dataclass
 class RunOutcome:
     plan: RunPlan
-    status: str  # FINISHED | FAILED | PLANNED (a dry run)
+    status: str  # FINISHED | FAILED | PLANNED or RUNNING (a dry run)
     metrics: dict[str, float] = field(default_factory=dict)
     error: str | None = None
     run_id: str | None = None
@@ -257,7 +257,8 @@ def run_suite(
     ``skip_finished``, plans that already have a FINISHED run at the same settings are not run again
     (see the module docstring); when none is left, no parent run is opened (``parent_run_id`` None).
     ``dry_run`` stops after planning (and reading the store for ``skip_finished``): the runs left to
-    do come back ``PLANNED``, and nothing is trained or written. ``shard`` (k, n) keeps plans k-1,
+    do come back ``PLANNED``, or ``RUNNING`` where a live process is running them now (another
+    invocation: a real run would start them again), and nothing is trained or written. ``shard`` (k, n) keeps plans k-1,
     k-1+n, ... (:func:`parse_shard`)."""
     definition, cfg = load_profile(name, profile, config_path, overrides)
     target = definition.target_device(device)
@@ -271,10 +272,13 @@ def run_suite(
             raise ConfigError(f"--shard {k}/{n}: this shard has no run; the selection has {len(plans)}")
         plans = plans[k - 1 :: n]
     experiment = experiment_name(name)
-    reused = finished_outcomes(definition, tracker, experiment, profile, plans) if skip_finished else {}
+    reused = stored_outcomes(definition, tracker, experiment, profile, plans) if skip_finished else {}
     outcomes = [reused.get(i) for i in range(len(plans))]
     if dry_run:
-        return SuiteResult(name, profile, None, [o or RunOutcome(p, "PLANNED") for o, p in zip(outcomes, plans, strict=True)])
+        running = stored_outcomes(definition, tracker, experiment, profile, plans, status="RUNNING") if skip_finished else {}
+        return SuiteResult(name, profile, None, [
+            o or running.get(i) or RunOutcome(p, "PLANNED") for i, (o, p) in enumerate(zip(outcomes, plans, strict=True))
+        ])
     for o in reused.values():
         if progress_factory:
             progress_factory(o.plan)(1, 1, f"already finished as run {o.run_id}: not run again")
@@ -330,17 +334,20 @@ def parse_shard(text: str) -> tuple[int, int]:
     raise ConfigError(f"--shard: expected K/N with 1 <= K <= N (this invocation's share of N), got {text!r}")
 
 
-def finished_outcomes(
-    definition: SuiteDefinition, tracker: Tracker, experiment: str, profile: str, plans: Sequence[RunPlan]
+def stored_outcomes(
+    definition: SuiteDefinition, tracker: Tracker, experiment: str, profile: str, plans: Sequence[RunPlan],
+    status: str = "FINISHED",
 ) -> dict[int, RunOutcome]:
-    """The plans (by index) that already have a FINISHED run in the store: same suite, profile,
+    """The plans (by index) that already have a run in ``status`` in the store: same suite, profile,
     configuration tags and seed, the same settings (:func:`recurbench.reporting.runs.has_settings`,
-    with :attr:`SuiteDefinition.execute_params` matching any value) and every headline metric. The
-    newest such run is reused, with its headline metrics."""
+    with :attr:`SuiteDefinition.execute_params` matching any value) and, when FINISHED, every headline
+    metric. The newest such run stands for the plan: a FINISHED one is reused (``reused``, with its
+    headline metrics); a RUNNING one (in a live process) is only reported, by a dry run."""
     from recurbench.reporting.runs import has_settings
     from recurbench.tracking import flatten, param_value
 
-    stored = tracker.finished_runs(experiment, {"suite": definition.name, "profile": profile})  # newest first
+    stored = tracker.stored_runs(experiment, {"suite": definition.name, "profile": profile}, status)  # newest first
+    finished = status == "FINISHED"
     if not stored:
         return {}
     defaults = definition.param_defaults()
@@ -354,7 +361,12 @@ def finished_outcomes(
         settings.update(dict.fromkeys(definition.execute_params))
         wanted = {**plan.tags, "seed": str(plan.seed)}
         for run in by_config.get(tuple(wanted.get(k) for k in keys), []):
-            if has_settings(run, settings, defaults) and all(k in run.metrics for k in definition.headline_metrics):
+            if not has_settings(run, settings, defaults):
+                continue
+            if not finished:
+                found[index] = RunOutcome(plan, status, run_id=run.run_id)
+                break
+            if all(k in run.metrics for k in definition.headline_metrics):
                 found[index] = RunOutcome(
                     plan, "FINISHED", metrics={k: run.metrics[k] for k in definition.headline_metrics},
                     run_id=run.run_id, seconds=run.metrics.get("wall_time_s", 0.0), reused=True,
