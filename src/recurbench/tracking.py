@@ -93,6 +93,8 @@ def standard_tags(**tags: Any) -> dict[str, str]:
 
 
 PARENT_TAG = "mlflow.parentRunId"
+RUN_STATUSES = ("RUNNING", "SCHEDULED", "FINISHED", "FAILED", "KILLED")
+"""MLflow's run statuses (a status filter is built from one of them)."""
 
 
 @dataclass(frozen=True)
@@ -396,10 +398,12 @@ class MlflowTracker(Tracker):
         self.client.set_terminated(run.run_id, status=status)
 
     def stored_runs(self, experiment: str, tags: Mapping[str, str], status: str = "FINISHED") -> list[RunRecord]:
+        if status not in RUN_STATUSES:
+            raise ValueError(f"unknown run status {status!r}; expected one of {', '.join(RUN_STATUSES)}")
         if (db := sqlite_file(self.tracking_uri)) is not None and not db.is_file():
             return []  # reading does not create a store
         found = self.client.get_experiment_by_name(experiment)
-        if found is None or status not in ("FINISHED", "RUNNING", "FAILED", "KILLED", "SCHEDULED"):
+        if found is None:
             return []
         # Tags are compared here rather than in MLflow's filter syntax, which would need their values quoted.
         runs = search_all_runs(self.client, found.experiment_id, f"attributes.status = '{status}'")

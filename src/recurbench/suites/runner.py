@@ -258,8 +258,8 @@ def run_suite(
     (see the module docstring); when none is left, no parent run is opened (``parent_run_id`` None).
     ``dry_run`` stops after planning (and reading the store for ``skip_finished``): the runs left to
     do come back ``PLANNED``, or ``RUNNING`` where a live process is running them now (another
-    invocation: a real run would start them again), and nothing is trained or written. ``shard`` (k, n) keeps plans k-1,
-    k-1+n, ... (:func:`parse_shard`)."""
+    invocation: a real run would start them again), and nothing is trained or written. ``shard``
+    (k, n) keeps plans k-1, k-1+n, ... (:func:`parse_shard`)."""
     definition, cfg = load_profile(name, profile, config_path, overrides)
     target = definition.target_device(device)
     device_tag = describe_device(target)
