@@ -187,6 +187,6 @@ def test_runs_left_running_by_a_killed_process_are_marked_failed_by_the_next_tra
 
 
 def test_stored_runs_refuses_a_status_mlflow_does_not_have(tmp_path):
-    with pytest.raises(ValueError, match=r"^unknown run status 'DONE''; expected one of RUNNING, SCHEDULED, FINISHED"):
+    with pytest.raises(ValueError, match=r"^unknown run status 'DONE'; expected one of RUNNING, SCHEDULED, FINISHED"):
         MlflowTracker(f"sqlite:///{tmp_path / 'x.db'}").stored_runs("recurbench-ltsf", {}, "DONE")
     assert not (tmp_path / "x.db").exists()
