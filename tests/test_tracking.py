@@ -190,3 +190,19 @@ def test_stored_runs_refuses_a_status_mlflow_does_not_have(tmp_path):
     with pytest.raises(ValueError, match=r"^unknown run status 'DONE'; expected one of RUNNING, SCHEDULED, FINISHED"):
         MlflowTracker(f"sqlite:///{tmp_path / 'x.db'}").stored_runs("recurbench-ltsf", {}, "DONE")
     assert not (tmp_path / "x.db").exists()
+
+
+@pytest.mark.parametrize("kind", ["memory", "mlflow"])
+def test_a_withdrawn_run_leaves_the_store_and_the_exception_goes_on(tmp_path, kind):
+    from recurbench.tracking import RunWithdrawn
+
+    tracker = MemoryTracker() if kind == "memory" else MlflowTracker(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    with tracker.run("kept", experiment="recurbench-test", tags={"suite": "test"}) as kept:
+        kept.log_metrics({"score": 1.0})
+    with pytest.raises(RunWithdrawn, match=f"withdrawn in favour of run {kept.run_id}"):
+        with tracker.run("yielded", experiment="recurbench-test", tags={"suite": "test"}) as run:
+            run.log_params({"a": 1})
+            raise RunWithdrawn(kept.run_id)
+    for status in ("FINISHED", "RUNNING", "KILLED", "FAILED"):
+        names = [r.name for r in tracker.stored_runs("recurbench-test", {"suite": "test"}, status)]
+        assert names == (["kept"] if status == "FINISHED" else []), status

@@ -325,7 +325,8 @@ def run_cmd(
     skip_finished: Annotated[
         bool,
         typer.Option("--skip-finished", help="Do not run again a configuration and seed that already has a FINISHED "
-                     "run in the store at the same settings; its results enter the table (resumes a suite)."),
+                     "run in the store at the same settings; its results enter the table (resumes a suite). One "
+                     "that another process is running now is left to it, so several invocations share the work."),
     ] = False,
     shard: Annotated[
         str | None,
@@ -369,13 +370,13 @@ def run_cmd(
         result = run_suite(suite, profile, tracker, selection=selection, data_dir=data_dir, config_path=config,
                            overrides=overrides or (), device=device, skip_finished=skip_finished, dry_run=True,
                            shard=share)
-        shown = {"FINISHED": "finished: run {}", "RUNNING": "running now: run {} (would be run again)", "PLANNED": "to run"}
+        shown = {"FINISHED": "finished: run {}", "RUNNING": "running now in another process: run {} (left to it)",
+                 "PLANNED": "to run"}
         rows = [[o.plan.name, str(o.plan.seed), shown[o.status].format(o.run_id)] for o in result.outcomes]
         console.print(_table(f"{suite} / {profile}: dry run", ["run", "seed", "status"], rows))
-        todo = sum(not o.reused for o in result.outcomes)
-        running = sum(o.status == "RUNNING" for o in result.outcomes)
-        console.print(f"{todo} run(s) to run ({running} of them running now in another process), "
-                      f"{len(result.outcomes) - todo} already finished; nothing was trained or written")
+        todo = sum(o.status == "PLANNED" for o in result.outcomes)
+        console.print(f"{todo} run(s) to run, {len(result.elsewhere)} running now in another process, "
+                      f"{len(result.reused)} already finished; nothing was trained or written")
         return
     with _lost_runs_reported(tracker), Progress(
         TextColumn("{task.description}", markup=False), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=console
@@ -392,6 +393,11 @@ def run_cmd(
             f"{len(reused)} of {len(result.outcomes)} run(s) were already finished at these settings and were not "
             f"run again (--skip-finished); the table includes them: "
             + ", ".join(f"{o.plan.name} ({o.run_id})" for o in reused[:5]) + (", ..." if len(reused) > 5 else "")
+        ))
+    if elsewhere := result.elsewhere:
+        console.print(escape(
+            f"{len(elsewhere)} run(s) were being run by another process and were left to it (--skip-finished): "
+            + ", ".join(f"{o.plan.name} ({o.run_id})" for o in elsewhere[:5]) + (", ..." if len(elsewhere) > 5 else "")
         ))
     if result.parent_run_id is not None:
         console.print(f"MLflow parent run: {result.parent_run_id}")

@@ -97,6 +97,16 @@ RUN_STATUSES = ("RUNNING", "SCHEDULED", "FINISHED", "FAILED", "KILLED")
 """MLflow's run statuses (a status filter is built from one of them)."""
 
 
+class RunWithdrawn(Exception):  # noqa: N818 - not an error: the run yields to another
+    """Raised inside ``with tracker.run(...)`` to take the run back: it is deleted from the store
+    instead of being ended (it holds no result), and the exception propagates. ``holder``: the run
+    it yielded to (a claim lost to another process)."""
+
+    def __init__(self, holder: str) -> None:
+        super().__init__(f"withdrawn in favour of run {holder}")
+        self.holder = holder
+
+
 @dataclass(frozen=True)
 class RunRecord:
     """One tracked run read back: its latest metric values, tags and params (as the logged text)."""
@@ -165,6 +175,10 @@ class Tracker(ABC):
     @abstractmethod
     def _end(self, run: RunHandle, status: str) -> None: ...
 
+    @abstractmethod
+    def _discard(self, run: RunHandle) -> None:
+        """Remove a run that holds no result (:class:`RunWithdrawn`) from the store."""
+
     def open(self) -> None:  # noqa: B027 - a no-op unless the tracker has a store to open
         """Open the store now (a bad URI fails here), e.g. before a command writes elsewhere."""
 
@@ -194,6 +208,9 @@ class Tracker(ABC):
         handle = self._start(experiment, name, tags, parent_id)
         try:
             yield handle
+        except RunWithdrawn:
+            self._discard(handle)
+            raise
         except KeyboardInterrupt as exc:
             handle.set_tags({"error": f"KeyboardInterrupt: {exc}" if str(exc) else "KeyboardInterrupt"})
             self._end(handle, "KILLED")
@@ -218,6 +235,7 @@ class RecordedRun(RunHandle):
     name: str
     tags: dict[str, str]
     parent_id: str | None
+    start_time: int = 0
     params: dict[str, Any] = field(default_factory=dict)
     metrics: dict[str, list[tuple[int | None, float]]] = field(default_factory=dict)
     artifacts: dict[str, bytes] = field(default_factory=dict)
@@ -247,9 +265,12 @@ class MemoryTracker(Tracker):
 
     def __init__(self) -> None:
         self.runs: list[RecordedRun] = []
+        self.discarded: list[RecordedRun] = []
+        self._started = 0
 
     def _start(self, experiment: str, name: str, tags: dict[str, str], parent_id: str | None) -> RunHandle:
-        run = RecordedRun(f"run-{len(self.runs)}", experiment, name, dict(tags), parent_id)
+        run = RecordedRun(f"run-{self._started}", experiment, name, dict(tags), parent_id, start_time=self._started)
+        self._started += 1
         self.runs.append(run)
         return run
 
@@ -257,14 +278,20 @@ class MemoryTracker(Tracker):
         assert isinstance(run, RecordedRun)
         run.status = status
 
+    def _discard(self, run: RunHandle) -> None:
+        assert isinstance(run, RecordedRun)
+        self.runs.remove(run)
+        self.discarded.append(run)
+
     def children(self, parent: RunHandle) -> list[RecordedRun]:
         return [r for r in self.runs if r.parent_id == parent.run_id]
 
     def stored_runs(self, experiment: str, tags: Mapping[str, str], status: str = "FINISHED") -> list[RunRecord]:
         return [
-            RunRecord(r.run_id, r.name, r.status, i, dict(r.tags), {k: param_value(v) for k, v in r.params.items()},
+            RunRecord(r.run_id, r.name, r.status, r.start_time, dict(r.tags),
+                      {k: param_value(v) for k, v in r.params.items()},
                       {k: values[-1][1] for k, values in r.metrics.items()}, r.parent_id)
-            for i, r in reversed(list(enumerate(self.runs)))
+            for r in reversed(self.runs)
             if r.experiment == experiment and r.status == status and _is_nested_with(r.tags, tags)
         ]
 
@@ -396,6 +423,10 @@ class MlflowTracker(Tracker):
 
     def _end(self, run: RunHandle, status: str) -> None:
         self.client.set_terminated(run.run_id, status=status)
+
+    def _discard(self, run: RunHandle) -> None:
+        self.client.set_terminated(run.run_id, status="KILLED")
+        self.client.delete_run(run.run_id)  # MLflow keeps it, deleted, until `mlflow gc`
 
     def stored_runs(self, experiment: str, tags: Mapping[str, str], status: str = "FINISHED") -> list[RunRecord]:
         if status not in RUN_STATUSES:

@@ -14,6 +14,15 @@ the same plans, in the same order, because planning depends on the selection alo
 a configuration x seed that already has a FINISHED run in the store, with the same suite, profile and
 settings (every logged param, execution params such as the thread count aside, a param an older
 version did not log read at its default), is not run again; that run's results enter the summary.
+It also lets several invocations of one selection share the work without ``--shard``: just before a
+run starts, the store is read again, and a run that another invocation has finished since, or is
+running now in a live process, is left to it. Two invocations reaching the same run at once both
+open it (each run is tagged with its ``plan_key``, a digest of suite, profile, configuration, seed
+and settings), wait :data:`CLAIM_SETTLE_S` seconds, and every one but the earliest-started live run
+of that key withdraws its own (deleted from the store) and moves on. The settle time covers the gap
+between a run's start time, read from its host's clock, and its record reaching the store; hosts
+sharing a store need clocks agreeing within it. A run left to another process that then fails is
+not run again by this invocation: run the command once more.
 
 Suite YAML layout::
 
@@ -28,6 +37,8 @@ YAML anchors and merge keys (``<<: *base``) are the way to share settings betwee
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import time
 from abc import ABC, abstractmethod
@@ -44,7 +55,16 @@ from recurbench.devices import describe_device, resolve_device
 from recurbench.errors import ConfigError, RecurbenchError
 from recurbench.runtime import raise_if_terminated
 from recurbench.seeding import seed_everything
-from recurbench.tracking import RunHandle, RunRecord, Tracker, experiment_name, standard_tags
+from recurbench.tracking import (
+    RunHandle,
+    RunRecord,
+    RunWithdrawn,
+    Tracker,
+    experiment_name,
+    flatten,
+    param_value,
+    standard_tags,
+)
 
 if TYPE_CHECKING:
     import torch
@@ -68,13 +88,18 @@ class RunPlan:
 @dataclass
 class RunOutcome:
     plan: RunPlan
-    status: str  # FINISHED | FAILED | PLANNED or RUNNING (a dry run)
+    status: str  # FINISHED | FAILED | RUNNING (left to another process) | PLANNED (a dry run)
     metrics: dict[str, float] = field(default_factory=dict)
     error: str | None = None
     run_id: str | None = None
     seconds: float = 0.0
     reused: bool = False
     """A run found FINISHED in the store (``skip_finished``), not run by this invocation."""
+
+    @property
+    def elsewhere(self) -> bool:
+        """Left to another process that is running it now (``run_id`` is that process's run)."""
+        return self.status == "RUNNING"
 
 
 @dataclass
@@ -91,6 +116,10 @@ class SuiteResult:
     @property
     def reused(self) -> list[RunOutcome]:
         return [o for o in self.outcomes if o.reused]
+
+    @property
+    def elsewhere(self) -> list[RunOutcome]:
+        return [o for o in self.outcomes if o.elsewhere]
 
 
 class SuiteDefinition(ABC):
@@ -254,11 +283,12 @@ def run_suite(
 ) -> SuiteResult:
     """Plan every run (all validation happens here, before training), then execute them in order, on
     ``device`` (``--device``; None: the suite's :attr:`SuiteDefinition.default_device`). With
-    ``skip_finished``, plans that already have a FINISHED run at the same settings are not run again
-    (see the module docstring); when none is left, no parent run is opened (``parent_run_id`` None).
+    ``skip_finished``, plans that already have a FINISHED run at the same settings are not run again,
+    and those another live process is running are left to it (``RUNNING``; see the module docstring);
+    when none is left, no parent run is opened (``parent_run_id`` None).
     ``dry_run`` stops after planning (and reading the store for ``skip_finished``): the runs left to
-    do come back ``PLANNED``, or ``RUNNING`` where a live process is running them now (another
-    invocation: a real run would start them again), and nothing is trained or written. ``shard``
+    do come back ``PLANNED``, or ``RUNNING`` where a live process is running them now (a real run
+    would leave them to it), and nothing is trained or written. ``shard``
     (k, n) keeps plans k-1, k-1+n, ... (:func:`parse_shard`)."""
     definition, cfg = load_profile(name, profile, config_path, overrides)
     target = definition.target_device(device)
@@ -281,7 +311,7 @@ def run_suite(
         ])
     for o in reused.values():
         if progress_factory:
-            progress_factory(o.plan)(1, 1, f"already finished as run {o.run_id}: not run again")
+            progress_factory(o.plan)(1, 1, _taken_message(o))
     if len(reused) == len(plans):
         return SuiteResult(name, profile, None, [o for o in outcomes if o is not None])
     with tracker.run(
@@ -296,18 +326,29 @@ def run_suite(
                 continue
             raise_if_terminated()
             progress = progress_factory(plan) if progress_factory else (lambda *_: None)
-            tags = standard_tags(suite=name, profile=profile, seed=plan.seed, device=device_tag, **plan.tags)
+            if skip_finished and (taken := _taken(definition, tracker, experiment, profile, plan)) is not None:
+                outcomes[index] = taken
+                progress(1, 1, _taken_message(taken))
+                continue
+            key = plan_key(name, profile, plan)
+            tags = standard_tags(suite=name, profile=profile, seed=plan.seed, device=device_tag, plan_key=key,
+                                 **plan.tags)
             start = time.perf_counter()
             outcome = RunOutcome(plan, "FAILED")
             try:
                 with tracker.run(plan.name, experiment=experiment, tags=tags, parent=parent) as run:
                     outcome.run_id = run.run_id
                     run.log_params({**plan.params, "seed": plan.seed})
+                    if skip_finished:
+                        _claim(tracker, experiment, {"suite": name, "profile": profile, CLAIM_TAG: key}, run.run_id)
                     seed_everything(plan.seed)
                     outcome.metrics = definition.execute(plan, run, progress, data_dir=data_dir, device=target)
                     outcome.seconds = time.perf_counter() - start
                     run.log_metrics({"wall_time_s": outcome.seconds})
                 outcome.status = "FINISHED"
+            except RunWithdrawn as exc:
+                outcome = RunOutcome(plan, "RUNNING", run_id=exc.holder)
+                progress(1, 1, _taken_message(outcome))
             except (KeyboardInterrupt, SystemExit):
                 raise
             except Exception as exc:  # the run is already marked FAILED by the tracker
@@ -315,15 +356,58 @@ def run_suite(
                 outcome.seconds = time.perf_counter() - start
             outcomes[index] = outcome
         done = [o for o in outcomes if o is not None]
-        ran = [o for o in done if not o.reused]
+        ran = [o for o in done if not o.reused and not o.elsewhere]
         failed = [o for o in ran if o.status != "FINISHED"]
         parent.log_metrics({"runs_finished": len(ran) - len(failed), "runs_failed": len(failed),
-                            "runs_skipped": len(reused)})
+                            "runs_skipped": sum(o.reused for o in done),
+                            "runs_left_to_others": sum(o.elsewhere for o in done)})
         result = SuiteResult(name, profile, parent.run_id, done)
         if failed and len(failed) == len(ran):
             # Mark the parent FAILED too: nothing in this invocation produced a result.
             raise SuiteFailed(result)
     return result
+
+
+CLAIM_TAG = "plan_key"
+CLAIM_SETTLE_S = 2.0
+"""Seconds a run waits after opening before it checks whether an earlier live run holds its plan."""
+
+
+def plan_key(suite: str, profile: str, plan: RunPlan) -> str:
+    """A digest naming what a run of ``plan`` computes: suite, profile, configuration tags, seed and
+    every setting (as logged), so that runs of the same plan by other invocations can be found."""
+    what = {"suite": suite, "profile": profile, "tags": plan.tags, "seed": plan.seed,
+            "params": {k: param_value(v) for k, v in flatten(plan.params).items()}}
+    return hashlib.sha256(json.dumps(what, sort_keys=True).encode()).hexdigest()[:20]
+
+
+def _claim(tracker: Tracker, experiment: str, tags: Mapping[str, str], own: str) -> None:
+    """Keep the plan if run ``own`` is the earliest-started live run tagged ``tags`` (after
+    :data:`CLAIM_SETTLE_S`, so that a rival opened at the same moment is in the store); otherwise
+    raise :class:`RunWithdrawn` naming that run."""
+    time.sleep(CLAIM_SETTLE_S)
+    rivals = tracker.stored_runs(experiment, tags, "RUNNING")
+    if rivals:
+        first = min(rivals, key=lambda r: (r.start_time, r.run_id))
+        if first.run_id != own:
+            raise RunWithdrawn(first.run_id)
+
+
+def _taken(
+    definition: SuiteDefinition, tracker: Tracker, experiment: str, profile: str, plan: RunPlan
+) -> RunOutcome | None:
+    """``plan`` finished (reused) or running now in a live process, by another invocation since this
+    one planned; None if neither."""
+    for status in ("FINISHED", "RUNNING"):
+        if found := stored_outcomes(definition, tracker, experiment, profile, [plan], status=status):
+            return found[0]
+    return None
+
+
+def _taken_message(outcome: RunOutcome) -> str:
+    if outcome.reused:
+        return f"already finished as run {outcome.run_id}: not run again"
+    return f"running in another process as run {outcome.run_id}: left to it"
 
 
 def parse_shard(text: str) -> tuple[int, int]:
@@ -342,9 +426,8 @@ def stored_outcomes(
     configuration tags and seed, the same settings (:func:`recurbench.reporting.runs.has_settings`,
     with :attr:`SuiteDefinition.execute_params` matching any value) and, when FINISHED, every headline
     metric. The newest such run stands for the plan: a FINISHED one is reused (``reused``, with its
-    headline metrics); a RUNNING one (in a live process) is only reported, by a dry run."""
+    headline metrics); a RUNNING one (in a live process) stands for work another invocation is doing."""
     from recurbench.reporting.runs import has_settings
-    from recurbench.tracking import flatten, param_value
 
     stored = tracker.stored_runs(experiment, {"suite": definition.name, "profile": profile}, status)  # newest first
     finished = status == "FINISHED"
