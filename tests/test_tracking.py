@@ -206,3 +206,32 @@ def test_a_withdrawn_run_leaves_the_store_and_the_exception_goes_on(tmp_path, ki
     for status in ("FINISHED", "RUNNING", "KILLED", "FAILED"):
         names = [r.name for r in tracker.stored_runs("recurbench-test", {"suite": "test"}, status)]
         assert names == (["kept"] if status == "FINISHED" else []), status
+
+
+def _open_store(uri, barrier, out):
+    from recurbench.tracking import MlflowTracker
+
+    barrier.wait()
+    try:
+        MlflowTracker(uri).open()
+        out.put("ok")
+    except Exception as exc:  # reported to the test
+        out.put(f"{type(exc).__name__}: {exc}"[:300])
+
+
+def test_processes_opening_a_new_sqlite_store_at_once_all_succeed(tmp_path):
+    """MLflow creates its tables when it first opens a store; two processes doing that at once used
+    to fail with "table ... already exists" (N shells starting `run --skip-finished` together)."""
+    import multiprocessing as mp
+
+    ctx = mp.get_context("fork")
+    for attempt in range(3):
+        uri = f"sqlite:///{tmp_path / f'mlflow{attempt}.db'}"
+        barrier, out = ctx.Barrier(3), ctx.Queue()
+        procs = [ctx.Process(target=_open_store, args=(uri, barrier, out)) for _ in range(3)]
+        for p in procs:
+            p.start()
+        said = [out.get(timeout=120) for _ in procs]
+        for p in procs:
+            p.join(timeout=30)
+        assert said == ["ok"] * 3, said

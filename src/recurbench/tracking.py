@@ -312,14 +312,36 @@ def sqlite_file(uri: str) -> Path | None:
     return Path(unquote(uri.removeprefix("sqlite:///").split("?", 1)[0]))
 
 
+@contextmanager
+def _store_lock(uri: str) -> Iterator[None]:
+    """Hold an exclusive lock on the folder of an sqlite store's file (a no-op for other stores, or
+    where ``fcntl`` is missing). MLflow creates or upgrades its tables when it opens a store, and two
+    processes doing that at once fail ("table ... already exists")."""
+    try:
+        import fcntl
+    except ImportError:  # Windows
+        fcntl = None  # type: ignore[assignment]
+    db = sqlite_file(uri)
+    if fcntl is None or db is None or not db.parent.is_dir():
+        yield
+        return
+    fd = os.open(db.parent, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # releases the lock
+
+
 def mlflow_client(uri: str) -> Any:
-    """``MlflowClient(uri)``; a URI MLflow cannot serve (an unknown scheme, a missing driver) is a
-    :class:`ConfigError` naming it instead of MLflow's traceback."""
+    """``MlflowClient(uri)``, opened under :func:`_store_lock`; a URI MLflow cannot serve (an unknown
+    scheme, a missing driver) is a :class:`ConfigError` naming it instead of MLflow's traceback."""
     from mlflow.exceptions import MlflowException
     from mlflow.tracking import MlflowClient
 
     try:
-        return MlflowClient(tracking_uri=uri)
+        with _store_lock(uri):
+            return MlflowClient(tracking_uri=uri)
     except (MlflowException, ImportError) as exc:
         shown = redact_uri(uri)
         raise ConfigError(f"tracking URI {shown!r}: {str(exc).strip().replace(uri, shown)}") from None
