@@ -208,27 +208,33 @@ def test_a_withdrawn_run_leaves_the_store_and_the_exception_goes_on(tmp_path, ki
         assert names == (["kept"] if status == "FINISHED" else []), status
 
 
-def _open_store(uri, barrier, out):
+def _open_store(kind, uri, barrier, out):
     from recurbench.tracking import MlflowTracker
+    from recurbench.tuning.study import make_storage
 
     barrier.wait()
     try:
-        MlflowTracker(uri).open()
+        MlflowTracker(uri).open() if kind == "mlflow" else make_storage(uri)
         out.put("ok")
     except Exception as exc:  # reported to the test
         out.put(f"{type(exc).__name__}: {exc}"[:300])
 
 
-def test_processes_opening_a_new_sqlite_store_at_once_all_succeed(tmp_path):
-    """MLflow creates its tables when it first opens a store; two processes doing that at once used
-    to fail with "table ... already exists" (N shells starting `run --skip-finished` together)."""
+@pytest.mark.filterwarnings("ignore::optuna.exceptions.ExperimentalWarning")
+@pytest.mark.parametrize("kind", ["mlflow", "optuna"])
+def test_processes_opening_a_new_sqlite_store_at_once_all_succeed(tmp_path, kind):
+    """MLflow and Optuna create their tables when they first open a store; processes doing that at
+    once used to fail with "table ... already exists" (N shells starting `run --skip-finished`, or
+    `tune`, together)."""
     import multiprocessing as mp
+
+    import optuna  # noqa: F401 - imported before the fork, as MLflow is by this module
 
     ctx = mp.get_context("fork")
     for attempt in range(3):
-        uri = f"sqlite:///{tmp_path / f'mlflow{attempt}.db'}"
+        uri = f"sqlite:///{tmp_path / f'{kind}{attempt}.db'}"
         barrier, out = ctx.Barrier(3), ctx.Queue()
-        procs = [ctx.Process(target=_open_store, args=(uri, barrier, out)) for _ in range(3)]
+        procs = [ctx.Process(target=_open_store, args=(kind, uri, barrier, out)) for _ in range(3)]
         for p in procs:
             p.start()
         said = [out.get(timeout=120) for _ in procs]

@@ -313,7 +313,7 @@ def sqlite_file(uri: str) -> Path | None:
 
 
 @contextmanager
-def _store_lock(uri: str) -> Iterator[None]:
+def sqlite_store_lock(uri: str) -> Iterator[None]:
     """Hold an exclusive lock on the folder of an sqlite store's file (a no-op for other stores, or
     where ``fcntl`` is missing). MLflow creates or upgrades its tables when it opens a store, and two
     processes doing that at once fail ("table ... already exists")."""
@@ -334,13 +334,13 @@ def _store_lock(uri: str) -> Iterator[None]:
 
 
 def mlflow_client(uri: str) -> Any:
-    """``MlflowClient(uri)``, opened under :func:`_store_lock`; a URI MLflow cannot serve (an unknown
+    """``MlflowClient(uri)``, opened under :func:`sqlite_store_lock`; a URI MLflow cannot serve (an unknown
     scheme, a missing driver) is a :class:`ConfigError` naming it instead of MLflow's traceback."""
     from mlflow.exceptions import MlflowException
     from mlflow.tracking import MlflowClient
 
     try:
-        with _store_lock(uri):
+        with sqlite_store_lock(uri):
             return MlflowClient(tracking_uri=uri)
     except (MlflowException, ImportError) as exc:
         shown = redact_uri(uri)

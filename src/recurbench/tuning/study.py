@@ -39,6 +39,7 @@ from recurbench.tracking import (
     experiment_name,
     make_tracker,
     sqlite_file,
+    sqlite_store_lock,
     standard_tags,
 )
 
@@ -135,13 +136,14 @@ def make_storage(
         database.parent.mkdir(parents=True, exist_ok=True)
     engine_kwargs = {"connect_args": {"timeout": 60}} if url.startswith("sqlite") else {}
     try:
-        return RDBStorage(
-            url,
-            engine_kwargs=engine_kwargs,
-            heartbeat_interval=heartbeat_interval,
-            grace_period=grace_period,
-            **_retry_kwargs(max_retry),
-        )
+        with sqlite_store_lock(url):  # creating the tables races between processes otherwise
+            return RDBStorage(
+                url,
+                engine_kwargs=engine_kwargs,
+                heartbeat_interval=heartbeat_interval,
+                grace_period=grace_period,
+                **_retry_kwargs(max_retry),
+            )
     except Exception as exc:  # a bad URL, a driver that is not installed, a server that is down
         raise ConfigError(f"cannot open Optuna storage {url!r}: {exc}") from None
 
