@@ -74,3 +74,27 @@ def test_without_proc_an_unused_pid_is_gone(monkeypatch):
     monkeypatch.setattr(processes, "_boot_id", lambda: None)
     assert process_gone(ended) is True
     assert process_gone(process_tags()) is False
+
+
+def test_a_process_is_seen_alive_only_where_it_can_be_checked():
+    from recurbench.processes import process_alive
+
+    assert process_alive(process_tags()) is True
+    assert process_alive({**process_tags(), "host": "another-machine"}) is False
+    assert process_alive(_tags_of_an_ended_process()) is False
+
+
+def test_a_stopped_heartbeat_means_lost_only_for_a_process_that_cannot_be_seen_alive():
+    from recurbench.processes import HEARTBEAT_STALE_S, heartbeat_stale, lost_reason
+
+    now = int(time.time() * 1000)
+    old = str(now - int(HEARTBEAT_STALE_S * 1000) - 60_000)
+    elsewhere = {**process_tags(), "host": "another-machine", "pid": "77"}
+    assert heartbeat_stale({**elsewhere, "heartbeat": old}, now) is True
+    assert heartbeat_stale({**elsewhere, "heartbeat": str(now - 30_000)}, now) is False  # beating
+    assert heartbeat_stale(elsewhere, now) is False  # an older version's run has no heartbeat
+    assert heartbeat_stale({**process_tags(), "heartbeat": old}, now) is False  # alive here, only paused
+    minutes = round(HEARTBEAT_STALE_S / 60) + 1
+    assert lost_reason({**elsewhere, "heartbeat": old}, now) == (
+        f"lost: no heartbeat from its process (pid 77 on another-machine) for {minutes} min "
+        "(it stopped, or its machine did; it may only be paused)")

@@ -241,3 +241,45 @@ def test_processes_opening_a_new_sqlite_store_at_once_all_succeed(tmp_path, kind
         for p in procs:
             p.join(timeout=30)
         assert said == ["ok"] * 3, said
+
+
+def test_an_open_run_beats_until_it_ends(monkeypatch):
+    import threading
+    import time
+
+    from recurbench import processes
+
+    monkeypatch.setattr(processes, "HEARTBEAT_S", 0.05)
+    tracker = MemoryTracker()
+    with tracker.run("beating", experiment="e") as run:
+        first = int(run.tags["heartbeat"])  # written when the run opens
+        time.sleep(0.3)
+        assert int(run.tags["heartbeat"]) > first
+    last = run.tags["heartbeat"]
+    time.sleep(0.2)
+    assert run.tags["heartbeat"] == last and run.status == "FINISHED"
+    assert not [t for t in threading.enumerate() if t.name.startswith("heartbeat-")]
+
+
+def test_a_run_of_another_machine_whose_heartbeat_stopped_reads_as_lost(tmp_path):
+    import time
+
+    from recurbench.processes import HEARTBEAT_STALE_S, process_tags
+    from recurbench.reporting.runs import load_runs
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    tracker = MlflowTracker(uri)
+    now = int(time.time() * 1000)
+    elsewhere = {**process_tags(), "host": "another-machine", "suite": "test"}
+    for name, beat in (("silent", now - int(HEARTBEAT_STALE_S * 1000) - 1000), ("beating", now - 5000)):
+        tracker.client.create_run(tracker.experiment_id("recurbench-test"), run_name=name,
+                                  tags={**elsewhere, "heartbeat": str(beat)})
+    assert [r.name for r in tracker.stored_runs("recurbench-test", {"suite": "test"}, "RUNNING")] == ["beating"]
+    unfinished = {r.name: r for r in load_runs("test", ("model",), tracking_uri=uri).unfinished}
+    assert {k: r.status for k, r in unfinished.items()} == {"silent": "LOST", "beating": "RUNNING"}
+    assert unfinished["silent"].tags["error"].startswith("lost: no heartbeat from its process (pid ")
+    # Only read so: the store still has it RUNNING (its process may only be paused), even after a
+    # tracker on this machine opened the experiment.
+    MlflowTracker(uri).experiment_id("recurbench-test")
+    statuses = {r.info.run_name: r.info.status for r in tracker.client.search_runs([tracker.experiment_id("recurbench-test")])}
+    assert statuses == {"silent": "RUNNING", "beating": "RUNNING"}

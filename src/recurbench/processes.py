@@ -14,6 +14,13 @@ The verdict errs on the side of "not known to be gone": a run is only declared l
 * elsewhere, the PID is unused (a reused PID reads as alive); on Windows, never.
 
 So runs of other machines sharing a store, or of other containers, are never touched.
+
+For those, a run's heartbeat speaks instead: while a run is open, its process rewrites the run's
+``heartbeat`` tag (milliseconds since the epoch) every :data:`HEARTBEAT_S` seconds
+(:mod:`recurbench.tracking`). A run whose heartbeat is older than :data:`HEARTBEAT_STALE_S`, and whose
+process cannot be seen alive from here, has most likely lost its process (:func:`heartbeat_stale`).
+That verdict is only read (it makes such a run read as ``LOST``, so ``run --skip-finished`` does not
+wait on it), never written to the store: a process that was only paused may still come back.
 """
 
 from __future__ import annotations
@@ -28,6 +35,12 @@ PID_TAG = "pid"
 PID_START_TAG = "pid_start"
 BOOT_TAG = "boot_id"
 PID_NAMESPACE_TAG = "pid_namespace"
+
+HEARTBEAT_TAG = "heartbeat"
+HEARTBEAT_S = 60.0
+"""Seconds between two heartbeats of an open run."""
+HEARTBEAT_STALE_S = 900.0
+"""Seconds without a heartbeat after which a run whose process cannot be checked reads as lost."""
 
 _PROC = Path("/proc")
 
@@ -111,8 +124,41 @@ def process_gone(tags: Mapping[str, str], started_ms: int | None = None) -> bool
     return _pid_unused(pid)
 
 
-def lost_reason(tags: Mapping[str, str]) -> str:
-    """The ``error`` text of a run whose process is gone."""
+def process_alive(tags: Mapping[str, str]) -> bool:
+    """Whether the process named by a run's :func:`process_tags` surely exists now, seen from here:
+    this machine, and on Linux the same boot and PID namespace with the same start time."""
+    if tags.get(HOST_TAG) != socket.gethostname():
+        return False
+    try:
+        pid = int(tags.get(PID_TAG, ""))
+    except ValueError:
+        return False
+    boot = _boot_id()
+    if BOOT_TAG in tags and boot is not None:
+        return (tags[BOOT_TAG] == boot and tags.get(PID_NAMESPACE_TAG) == _pid_namespace()
+                and PID_START_TAG in tags and pid_start(pid) == tags[PID_START_TAG])
+    return os.name != "nt" and not _pid_unused(pid)
+
+
+def heartbeat_stale(tags: Mapping[str, str], now_ms: int) -> bool:
+    """Whether a run's last heartbeat is older than :data:`HEARTBEAT_STALE_S` at ``now_ms`` while its
+    process cannot be seen alive from here (:func:`process_alive`). False for a run without one."""
+    try:
+        beat = int(tags[HEARTBEAT_TAG])
+    except (KeyError, ValueError):
+        return False
+    return now_ms - beat > HEARTBEAT_STALE_S * 1000 and not process_alive(tags)
+
+
+def lost_reason(tags: Mapping[str, str], now_ms: int | None = None) -> str:
+    """The ``error`` text of a run whose process is gone; with ``now_ms``, of one whose heartbeat
+    stopped (:func:`heartbeat_stale`)."""
+    if now_ms is not None:
+        minutes = (now_ms - int(tags[HEARTBEAT_TAG])) / 60000
+        return (
+            f"lost: no heartbeat from its process (pid {tags.get(PID_TAG, '?')} on {tags.get(HOST_TAG, '?')}) "
+            f"for {minutes:.0f} min (it stopped, or its machine did; it may only be paused)"
+        )
     return (
         f"lost: its process (pid {tags.get(PID_TAG, '?')} on {tags.get(HOST_TAG, '?')}) ended without closing "
         "the run (killed by SIGKILL or the out-of-memory killer, or the machine stopped)"

@@ -11,7 +11,10 @@ Conventions (every suite, study and benchmark follows them):
 * every run is tagged with its process (``host``, ``pid``, ...: :mod:`recurbench.processes`). A
   process killed outright (SIGKILL, out of memory) cannot close its runs, so the next process that
   tracks to the same experiment on that machine marks such runs ``FAILED`` with an ``error`` tag
-  saying so (:func:`mark_lost_runs`), and comparisons show them as ``LOST`` until then.
+  saying so (:func:`mark_lost_runs`), and comparisons show them as ``LOST`` until then;
+* while a run is open, a thread of its process rewrites its ``heartbeat`` tag every minute, so that
+  a run whose process cannot be checked from here (another machine, another container) and whose
+  heartbeat stopped reads as ``LOST`` too (never written: it may only be paused).
 
 Runs are read back as :class:`RunRecord` (latest metric values, params as logged text):
 :meth:`Tracker.stored_runs` for ``recurbench run --skip-finished``, and
@@ -29,6 +32,7 @@ import os
 import re
 import subprocess
 import tempfile
+import threading
 import time
 import traceback
 from abc import ABC, abstractmethod
@@ -41,7 +45,13 @@ from urllib.parse import unquote
 
 import recurbench
 from recurbench.errors import ConfigError
-from recurbench.processes import lost_reason, process_gone, process_tags
+from recurbench.processes import (
+    HEARTBEAT_TAG,
+    heartbeat_stale,
+    lost_reason,
+    process_gone,
+    process_tags,
+)
 from recurbench.runtime import allocator
 
 RESULTS_DIR = Path("results")
@@ -204,10 +214,15 @@ class Tracker(ABC):
     ) -> Iterator[RunHandle]:
         """``parent``: the parent run, or its id (e.g. a study's parent run seen from a worker process)."""
         parent_id = parent if isinstance(parent, str) or parent is None else parent.run_id
-        tags = {**process_tags(), **{k: str(v) for k, v in (tags or {}).items()}}
+        tags = {**process_tags(), HEARTBEAT_TAG: str(_now_ms()), **{k: str(v) for k, v in (tags or {}).items()}}
         handle = self._start(experiment, name, tags, parent_id)
+        heartbeat = _Heartbeat(handle)
+        heartbeat.start()
         try:
-            yield handle
+            try:
+                yield handle
+            finally:
+                heartbeat.stop()
         except RunWithdrawn:
             self._discard(handle)
             raise
@@ -222,6 +237,33 @@ class Tracker(ABC):
             raise
         else:
             self._end(handle, "FINISHED")
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+class _Heartbeat(threading.Thread):
+    """Rewrites a run's ``heartbeat`` tag every :data:`recurbench.processes.HEARTBEAT_S` seconds
+    until stopped; a write that fails (a store busy for a moment) waits for the next beat."""
+
+    def __init__(self, handle: RunHandle) -> None:
+        super().__init__(name=f"heartbeat-{handle.run_id}", daemon=True)
+        self.handle = handle
+        self._stopped = threading.Event()
+
+    def run(self) -> None:
+        from recurbench import processes
+
+        while not self._stopped.wait(processes.HEARTBEAT_S):
+            try:
+                self.handle.set_tags({HEARTBEAT_TAG: str(_now_ms())})
+            except Exception:  # noqa: BLE001, S110 - the next beat tries again
+                pass
+
+    def stop(self) -> None:
+        self._stopped.set()
+        self.join()
 
 
 # ----------------------------------------------------------------------------------------------
@@ -468,11 +510,14 @@ def _is_nested_with(run_tags: Mapping[str, str], tags: Mapping[str, str]) -> boo
 
 
 def run_record(run: Any) -> RunRecord:
-    """An MLflow run as a :class:`RunRecord`; a RUNNING run whose process is surely gone reads as
-    ``LOST``, with the reason in its ``error`` tag (the store is not changed)."""
+    """An MLflow run as a :class:`RunRecord`; a RUNNING run whose process is surely gone, or whose
+    heartbeat stopped (:func:`recurbench.processes.heartbeat_stale`), reads as ``LOST``, with the
+    reason in its ``error`` tag (the store is not changed)."""
     status, tags = run.info.status, dict(run.data.tags)
     if status == "RUNNING" and process_gone(tags, run.info.start_time):
         status, tags["error"] = "LOST", lost_reason(tags)
+    elif status == "RUNNING" and heartbeat_stale(tags, now := _now_ms()):
+        status, tags["error"] = "LOST", lost_reason(tags, now)
     return RunRecord(
         run_id=run.info.run_id,
         name=run.info.run_name or run.data.tags.get("mlflow.runName", run.info.run_id),
