@@ -102,16 +102,22 @@ def _pid_unused(pid: int) -> bool:
     return False
 
 
+def _local_pid(tags: Mapping[str, str]) -> int | None:
+    """The PID a run's :func:`process_tags` name, if that process ran on this machine (by host name)."""
+    if tags.get(HOST_TAG) != socket.gethostname():
+        return None
+    try:
+        return int(tags.get(PID_TAG, ""))
+    except ValueError:
+        return None
+
+
 def process_gone(tags: Mapping[str, str], started_ms: int | None = None) -> bool:
     """Whether the process named by a run's :func:`process_tags` surely no longer exists.
 
     ``started_ms``: the run's start time (MLflow's milliseconds), used when the machine has rebooted
     since. False whenever that cannot be told from here (see the module docstring)."""
-    if tags.get(HOST_TAG) != socket.gethostname():
-        return False
-    try:
-        pid = int(tags.get(PID_TAG, ""))
-    except ValueError:
+    if (pid := _local_pid(tags)) is None:
         return False
     boot = _boot_id()
     if BOOT_TAG in tags and boot is not None:
@@ -127,11 +133,7 @@ def process_gone(tags: Mapping[str, str], started_ms: int | None = None) -> bool
 def process_alive(tags: Mapping[str, str]) -> bool:
     """Whether the process named by a run's :func:`process_tags` surely exists now, seen from here:
     this machine, and on Linux the same boot and PID namespace with the same start time."""
-    if tags.get(HOST_TAG) != socket.gethostname():
-        return False
-    try:
-        pid = int(tags.get(PID_TAG, ""))
-    except ValueError:
+    if (pid := _local_pid(tags)) is None:
         return False
     boot = _boot_id()
     if BOOT_TAG in tags and boot is not None:
