@@ -357,8 +357,8 @@ def sqlite_file(uri: str) -> Path | None:
 @contextmanager
 def sqlite_store_lock(uri: str) -> Iterator[None]:
     """Hold an exclusive lock on the folder of an sqlite store's file (a no-op for other stores, or
-    where ``fcntl`` is missing). MLflow creates or upgrades its tables when it opens a store, and two
-    processes doing that at once fail ("table ... already exists")."""
+    where ``fcntl`` is missing) while opening it. MLflow and Optuna create or upgrade their tables when
+    they open a store, and two processes doing that at once fail ("table ... already exists")."""
     try:
         import fcntl
     except ImportError:  # Windows
