@@ -298,9 +298,10 @@ def run_suite(
         raise ConfigError(f"suite {name!r} profile {profile!r}: the selection leaves no run to do")
     if shard is not None:
         k, n = shard
-        if not plans[k - 1 :: n]:
+        share = plans[k - 1 :: n]
+        if not share:
             raise ConfigError(f"--shard {k}/{n}: this shard has no run; the selection has {len(plans)}")
-        plans = plans[k - 1 :: n]
+        plans = share
     experiment = experiment_name(name)
     reused = stored_outcomes(definition, tracker, experiment, profile, plans) if skip_finished else {}
     outcomes = [reused.get(i) for i in range(len(plans))]
@@ -331,8 +332,8 @@ def run_suite(
                 progress(1, 1, _taken_message(taken))
                 continue
             key = plan_key(name, profile, plan)
-            tags = standard_tags(suite=name, profile=profile, seed=plan.seed, device=device_tag, plan_key=key,
-                                 **plan.tags)
+            tags = standard_tags(suite=name, profile=profile, seed=plan.seed, device=device_tag,
+                                 **{CLAIM_TAG: key}, **plan.tags)
             start = time.perf_counter()
             outcome = RunOutcome(plan, "FAILED")
             try:
