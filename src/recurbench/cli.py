@@ -513,8 +513,8 @@ def compare_cmd(
             console.print(item)
     else:
         typer.echo(render(result, fmt), nl=False)
-        if fmt == "csv" and len(result.failed):  # keep stdout parseable; say what is not in it
-            err_console.print(escape(f"{len(result.failed)} run(s) did not finish: {', '.join(result.failed['name'])}"))
+        if fmt == "csv" and len(unresolved := result.unresolved):  # keep stdout parseable; say what is not in it
+            err_console.print(escape(f"{len(unresolved)} run(s) did not finish: {', '.join(unresolved['name'])}"))
 
 
 @app.command("report")

@@ -377,3 +377,54 @@ def test_runs_on_a_data_file_other_than_the_registered_one_are_named(tmp_path):
     apart = compare("ltsf", tracking_uri=uri, settings="newest", by=["dataset", "horizon", "model", "data_sha256"])
     assert cell(apart, "mse", model="informer", data_sha256="bbb")["mean"] == pytest.approx(0.80)
     assert cell(apart, "mse", model="informer", data_sha256="aaa")["mean"] == pytest.approx(0.60)
+
+
+def test_unfinished_runs_whose_seed_finished_elsewhere_are_not_listed(tmp_path):
+    """A killed or failed run whose configuration and seed has a finished run at the same settings (a
+    seed run again to the end, before or after) is kept in ``failed`` with that run's id, but not
+    listed; one at other settings, or with no finished run of its seed, is still listed."""
+    from recurbench.tracking import MlflowTracker, experiment_name, standard_tags
+
+    tracker = MlflowTracker(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    tracker.client.create_experiment(experiment_name("ltsf"), artifact_location=(tmp_path / "a").as_uri())
+    ids: dict[str, str] = {}
+
+    def attempt(label, seed, *, seq_len=96, mse=None):
+        tags = standard_tags(suite="ltsf", profile="quick", seed=seed, dataset="ETTh1", horizon=24, model="informer")
+        try:
+            with tracker.run(f"informer-ETTh1-24-s{seed}", experiment=experiment_name("ltsf"), parent=parent,
+                             tags=tags) as run:
+                ids[label] = run.run_id
+                run.log_params({"seq_len": seq_len, "seed": seed})
+                if mse is None:
+                    raise RuntimeError(label)
+                run.log_metrics({"test_mse": mse, "test_mae": mse})
+        except RuntimeError:
+            pass
+
+    with tracker.run("ltsf-quick", experiment=experiment_name("ltsf"),
+                     tags=standard_tags(suite="ltsf", profile="quick", role="parent")) as parent:
+        attempt("s0 failed", 0)
+        attempt("s0 finished", 0, mse=0.6)
+        attempt("s1 finished", 1, mse=0.7)
+        attempt("s1 failed after it", 1)
+        attempt("s1 failed at other settings", 1, seq_len=48)
+        attempt("s2 failed", 2)
+
+    comp = compare("ltsf", tracking_uri=tracker.tracking_uri)
+    finished_as = {r: f if isinstance(f, str) else None for r, f in zip(comp.failed["run_id"], comp.failed["finished_as"], strict=True)}
+    assert finished_as == {
+        ids["s0 failed"]: ids["s0 finished"],
+        ids["s1 failed after it"]: ids["s1 finished"],
+        ids["s1 failed at other settings"]: None,
+        ids["s2 failed"]: None,
+    }
+    assert set(comp.unresolved["run_id"]) == {ids["s1 failed at other settings"], ids["s2 failed"]}
+    assert cell(comp, "mse", dataset="ETTh1", horizon=24, model="informer")["n"] == 2
+    note = next(n for n in comp.notes if "did not finish are not listed" in n)
+    assert note.startswith("2 run(s) that did not finish are not listed")
+    assert f"({ids['s0 failed'][:8]}: finished as {ids['s0 finished'][:8]})" in note
+    listed = render(comp, "markdown").split("runs that did not finish")[1].split("\n\n*")[0]  # the table, not the notes
+    assert listed.count("informer-ETTh1-24-s") == 2
+    assert "RuntimeError: s2 failed" in listed and "RuntimeError: s1 failed at other settings" in listed
+    assert "RuntimeError: s0 failed" not in listed and "RuntimeError: s1 failed after it" not in listed

@@ -16,7 +16,7 @@ terminal table, Markdown, CSV or LaTeX. Conventions:
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 import pandas as pd
@@ -69,12 +69,20 @@ class Comparison:
     with ``reference="paper"`` also ``paper``, ``paper_std`` and ``diff`` (ours − paper); MiniGrid
     adds ``iqm``, ``iqm_lo``, ``iqm_hi`` (NaN below 3 seeds)."""
     failed: pd.DataFrame
-    """Runs that did not finish: ``run_id``, ``name``, ``status``, config keys, ``seed``, ``error``."""
+    """Runs that did not finish: ``run_id``, ``name``, ``status``, config keys, ``seed``, ``error``,
+    ``finished_as`` (the finished run that counts for the same configuration and seed at the same
+    settings, or None: :attr:`recurbench.reporting.runs.SuiteRuns.finished_as`)."""
     wins: pd.DataFrame | None = None
     """LTSF: per RSA pair, cells where RSA ≤ baseline, ours and the paper's (on our cells and on all)."""
     aggregate: pd.DataFrame | None = None
     """MiniGrid: per agent, IQM over all env pairs' runs with a stratified bootstrap 95% interval."""
     notes: list[str] = field(default_factory=list)
+
+    @property
+    def unresolved(self) -> pd.DataFrame:
+        """The runs of :attr:`failed` whose configuration and seed no finished run stands for: the
+        ones a table lists."""
+        return self.failed[self.failed["finished_as"].isna()]
 
     @property
     def default_layout(self) -> bool:
@@ -116,7 +124,7 @@ def compare_runs(runs: SuiteRuns, *, reference: str = "paper", by: Sequence[str]
     spec = layout(runs.suite)
     if by:
         check_unique(list(by), "key", "--by")
-    failed = failed_frame(runs.unfinished, spec)
+    failed = failed_frame(runs.unfinished, spec, runs.finished_as)
     if not runs.finished:
         raise RecurbenchError(
             f"experiment {runs.experiment!r} has no finished runs"
@@ -125,6 +133,12 @@ def compare_runs(runs: SuiteRuns, *, reference: str = "paper", by: Sequence[str]
         )
     keys = tuple(by) if by else spec.config_keys
     notes = list(runs.notes)
+    if rerun := [f"{r.name} ({r.run_id[:8]}: finished as {runs.finished_as[r.run_id][:8]})"
+                 for r in runs.unfinished if r.run_id in runs.finished_as]:
+        notes.append(
+            f"{len(rerun)} run(s) that did not finish are not listed: the same configuration and seed finished "
+            f"in another run at the same settings: {', '.join(rerun[:3])}{', ...' if len(rerun) > 3 else ''}"
+        )
     frame = runs_frame(runs.finished, spec, keys)
     dropped = frame[list(keys)].isna().any(axis=1)
     if dropped.any():
@@ -298,8 +312,11 @@ def minigrid_aggregate(frame: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["agent", "metric", "envs", "runs", "iqm", "iqm_lo", "iqm_hi"])
 
 
-def failed_frame(records: Sequence[RunRecord], spec: SuiteLayout) -> pd.DataFrame:
-    columns = ["run_id", "name", "status", *spec.config_keys, "seed", "error"]
+def failed_frame(
+    records: Sequence[RunRecord], spec: SuiteLayout, finished_as: Mapping[str, str] | None = None
+) -> pd.DataFrame:
+    finished_as = finished_as or {}
+    columns = ["run_id", "name", "status", *spec.config_keys, "seed", "error", "finished_as"]
     rows = [
         [
             r.run_id,
@@ -308,6 +325,7 @@ def failed_frame(records: Sequence[RunRecord], spec: SuiteLayout) -> pd.DataFram
             *(r.tags.get(k) for k in spec.config_keys),
             r.seed,
             (r.tags.get("error") or "").splitlines()[0] if r.tags.get("error") else "",
+            finished_as.get(r.run_id),
         ]
         for r in records
     ]

@@ -104,8 +104,9 @@ def text_tables(comp: Comparison, *, sep: str = "; ") -> list[TextTable]:
                 agg[["agent", "metric", "envs", "runs", "IQM [95% CI]"]].astype(str),
             )
         )
-    if len(comp.failed):
-        tables.append(TextTable("runs that did not finish (not in the aggregates)", comp.failed.drop(columns="run_id").fillna("").astype(str)))
+    if len(unresolved := comp.unresolved):
+        listed = unresolved.drop(columns=["run_id", "finished_as"]).fillna("").astype(str)
+        tables.append(TextTable("runs that did not finish (not in the aggregates)", listed))
     return tables
 
 

@@ -263,7 +263,8 @@ def _summary_lines(runs: SuiteRuns, comp: Comparison) -> list[str]:
         f"experiment: {runs.experiment}",
         f"tracking URI: {runs.tracking_uri}",
         f"profile: {runs.profile or 'all'}",
-        f"finished runs: {len(runs.finished)}; did not finish: {len(runs.unfinished)}",
+        f"finished runs: {len(runs.finished)}; did not finish: {len(runs.unfinished)}"
+        + (f" ({len(runs.finished_as)} of them run again to the end)" if runs.finished_as else ""),
         f"generated: {datetime.now(timezone.utc).strftime('%Y-%m-%d %H:%M UTC')}",
     ]
 

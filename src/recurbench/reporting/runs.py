@@ -25,7 +25,9 @@ Two choices decide which runs a comparison sees, and both are made here, once:
   rather than doubles a seed.
 
 Runs that did not finish (FAILED, KILLED, still RUNNING) never enter an aggregate; they are returned
-separately so that a table can list them. A RUNNING run whose process is surely gone (killed outright:
+separately so that a table can list them, each with the finished run that now stands for its
+configuration and seed at the same settings, if any (``SuiteRuns.finished_as``: a seed that was run
+again to the end). A RUNNING run whose process is surely gone (killed outright:
 :mod:`recurbench.processes`) is listed as ``LOST``; reading never changes the store (the next ``run``
 or ``tune`` on that machine marks it FAILED).
 """
@@ -69,6 +71,9 @@ class SuiteRuns:
     finished: list[RunRecord]
     unfinished: list[RunRecord]
     """Nested runs that are FAILED, KILLED, LOST or still RUNNING, newest first."""
+    finished_as: dict[str, str] = field(default_factory=dict)
+    """Unfinished run id -> the finished run that counts for its configuration and seed, at the same
+    settings (the seed was run again to the end, by a later run or an earlier one)."""
     superseded: int = 0
     """Finished runs dropped because a later run of the same configuration and seed exists."""
     other_settings: int = 0
@@ -316,7 +321,7 @@ def load_runs(
             )
 
     finished: list[RunRecord] = []
-    seen: set[tuple[Any, ...]] = set()
+    seen: dict[tuple[Any, ...], str] = {}  # (configuration..., seed) -> the run id that counts
     differences: dict[tuple[Any, ...], str] = {}
     superseded = other_settings = 0
     for r in done:
@@ -332,7 +337,7 @@ def load_runs(
         if key in seen:
             superseded += 1
             continue
-        seen.add(key)
+        seen[key] = r.run_id
         finished.append(r)
     if other_settings:
         shown = "; ".join(list(differences.values())[:3]) + ("; ..." if len(differences) > 3 else "")
@@ -349,6 +354,16 @@ def load_runs(
             "shows them apart"
         )
     unfinished = [r for r in nested if r.status != "FINISHED"]
+    finished_as: dict[str, str] = {}
+    for r in unfinished:
+        config = config_of(r)
+        if config not in chosen or r.seed is None or (*config, r.seed) not in seen:
+            continue
+        reference = chosen[config][0]
+        if defaults is None and r.params.keys() != reference.params.keys():
+            defaults = suite_param_defaults(suite)
+        if r.params and not settings_diff(r, reference, defaults):
+            finished_as[r.run_id] = seen[(*config, r.seed)]
     return SuiteRuns(
         suite=suite,
         experiment=name,
@@ -356,6 +371,7 @@ def load_runs(
         profile=profile,
         finished=finished[::-1],  # oldest first reads naturally in tables and legends
         unfinished=unfinished,
+        finished_as=finished_as,
         superseded=superseded,
         other_settings=other_settings,
         latest_parent_id=parents[0].run_id if parents else None,
