@@ -82,6 +82,31 @@ def test_two_worker_processes_share_one_study(tmp_path):
     assert workers == {"0", "1"}
 
 
+def test_invocations_starting_one_new_study_at_once_nest_every_trial_under_one_parent(tmp_path, monkeypatch):
+    """Two invocations create the same new study at the same moment: each names its own run the
+    study's parent, the later write stands, and after the settle wait both nest their trials under it."""
+    from recurbench.tuning import study as study_module
+    from recurbench.tuning.study import PARENT_RUN_ATTR
+
+    spec = StudySpec("raced", 3, storage=f"sqlite:///{tmp_path / 'o.db'}", seed=4)
+    waits = []
+
+    def rival_names_its_run_while_we_wait() -> None:
+        waits.append(load_study(spec, "minimize").user_attrs[PARENT_RUN_ATTR])  # ours, written before the wait
+        load_study(spec, "minimize").set_user_attr(PARENT_RUN_ATTR, "rival-run")
+
+    monkeypatch.setattr(study_module, "_settle", rival_names_its_run_while_we_wait)
+    tracker = MemoryTracker()
+    run_study(spec, Quadratic(), tracker)
+    own, *trials = tracker.runs
+    assert waits == [own.run_id] and own.tags["role"] == "study"
+    assert len(trials) == 3 and {t.parent_id for t in trials} == {"rival-run"}
+    # A resumed study (the parent named already) does not wait.
+    monkeypatch.setattr(study_module, "_settle", lambda: pytest.fail("a resumed study waited"))
+    run_study(StudySpec("raced", 4, storage=spec.storage, seed=4), Quadratic(), tracker)
+    assert tracker.runs[-1].parent_id == "rival-run"
+
+
 def _peek(path, spec):
     """Trial states by count, read without creating anything: opening an Optuna storage on a
     database the worker is still initialising races with its schema creation."""

@@ -11,7 +11,8 @@
   storage has no heartbeat: when a study is (re)started, trials left RUNNING are failed and retried
   the same way — start a journal study's workers from one launcher.
 * MLflow: a parent run per study (its id kept in the study's user attributes, so a resumed study
-  logs under the same parent), a nested run per trial (params, intermediate values, final value,
+  logs under the same parent, and invocations that start one new study at the same moment agree on
+  one: :data:`PARENT_SETTLE_S`), a nested run per trial (params, intermediate values, final value,
   state), and at the end the best parameters and Optuna's figures as artifacts of the parent.
 * Objective values are minimised or maximised as the objective declares; a NaN or infinite value
   prunes the trial instead of crashing the study.
@@ -22,6 +23,7 @@ from __future__ import annotations
 import hashlib
 import math
 import multiprocessing
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -45,6 +47,10 @@ from recurbench.tracking import (
 
 DEFAULT_STORAGE = "sqlite:///results/optuna.db"
 PARENT_RUN_ATTR = "mlflow_parent_run_id"
+PARENT_SETTLE_S = 2.0
+"""Seconds a new study's first invocation waits after naming its run the study's parent, before it
+reads the name back: two invocations that start one new study at the same moment both name their own
+run, the later write stands, and both then nest their trials under it."""
 RETRY_ATTR = "retried_from"
 
 
@@ -251,6 +257,10 @@ class StudyResult:
     recovered: list[int]
 
 
+def _settle() -> None:
+    time.sleep(PARENT_SETTLE_S)
+
+
 def run_study(spec: StudySpec, objective: Objective, tracker: Tracker | None = None) -> StudyResult:
     """Create or resume ``spec.study_name`` and run it to ``n_trials`` finished trials."""
     tracker = tracker or make_tracker(spec.tracking_uri)
@@ -269,7 +279,8 @@ def run_study(spec: StudySpec, objective: Objective, tracker: Tracker | None = N
     ) as parent:
         if parent_id is None:
             study.set_user_attr(PARENT_RUN_ATTR, parent.run_id)
-            parent_id = parent.run_id
+            _settle()
+            parent_id = study.user_attrs.get(PARENT_RUN_ATTR, parent.run_id)
         parent.log_params({"study": spec.study_name, "storage": storage_url, "n_trials": spec.n_trials,
                            "workers": spec.workers, "pruner": spec.pruner, "seed": spec.seed, **objective.describe()})
         if spec.workers == 1:
