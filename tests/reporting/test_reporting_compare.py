@@ -382,7 +382,7 @@ def test_runs_on_a_data_file_other_than_the_registered_one_are_named(tmp_path):
 def test_unfinished_runs_whose_seed_finished_elsewhere_are_not_listed(tmp_path):
     """A killed or failed run whose configuration and seed has a finished run at the same settings (a
     seed run again to the end, before or after) is kept in ``failed`` with that run's id, but not
-    listed; one at other settings, or with no finished run of its seed, is still listed."""
+    listed; one at other settings, with no finished run of its seed, or running now is still listed."""
     from recurbench.tracking import MlflowTracker, experiment_name, standard_tags
 
     tracker = MlflowTracker(f"sqlite:///{tmp_path / 'mlflow.db'}")
@@ -424,6 +424,14 @@ def test_unfinished_runs_whose_seed_finished_elsewhere_are_not_listed(tmp_path):
     note = next(n for n in comp.notes if "did not finish are not listed" in n)
     assert note.startswith("2 run(s) that did not finish are not listed")
     assert f"({ids['s0 failed'][:8]}: finished as {ids['s0 finished'][:8]})" in note
+    # A run at work now is listed even where its seed has finished before (someone runs it again).
+    with tracker.run("ltsf-quick", experiment=experiment_name("ltsf"),
+                     tags=standard_tags(suite="ltsf", profile="quick", role="parent")) as parent, \
+            tracker.run("informer-ETTh1-24-s0", experiment=experiment_name("ltsf"), parent=parent,
+                        tags=standard_tags(suite="ltsf", profile="quick", seed=0, dataset="ETTh1", horizon=24,
+                                           model="informer")) as live:
+        live.log_params({"seq_len": 96, "seed": 0})
+        assert live.run_id in set(compare("ltsf", tracking_uri=tracker.tracking_uri).unresolved["run_id"])
     listed = render(comp, "markdown").split("runs that did not finish")[1].split("\n\n*")[0]  # the table, not the notes
     assert listed.count("informer-ETTh1-24-s") == 2
     assert "RuntimeError: s2 failed" in listed and "RuntimeError: s1 failed at other settings" in listed

@@ -25,9 +25,9 @@ Two choices decide which runs a comparison sees, and both are made here, once:
   rather than doubles a seed.
 
 Runs that did not finish (FAILED, KILLED, still RUNNING) never enter an aggregate; they are returned
-separately so that a table can list them, each with the finished run that now stands for its
-configuration and seed at the same settings, if any (``SuiteRuns.finished_as``: a seed that was run
-again to the end). A RUNNING run whose process is surely gone (killed outright:
+separately so that a table can list them, each ended one with the finished run that now stands for
+its configuration and seed at the same settings, if any (``SuiteRuns.finished_as``: a seed that was
+run again to the end). A RUNNING run whose process is surely gone (killed outright:
 :mod:`recurbench.processes`) is listed as ``LOST``; reading never changes the store (the next ``run``
 or ``tune`` on that machine marks it FAILED).
 """
@@ -72,8 +72,9 @@ class SuiteRuns:
     unfinished: list[RunRecord]
     """Nested runs that are FAILED, KILLED, LOST or still RUNNING, newest first."""
     finished_as: dict[str, str] = field(default_factory=dict)
-    """Unfinished run id -> the finished run that counts for its configuration and seed, at the same
-    settings (the seed was run again to the end, by a later run or an earlier one)."""
+    """Ended unfinished run (FAILED, KILLED, LOST) id -> the finished run that counts for its
+    configuration and seed, at the same settings (the seed was run again to the end, by a later run or
+    an earlier one)."""
     superseded: int = 0
     """Finished runs dropped because a later run of the same configuration and seed exists."""
     other_settings: int = 0
@@ -357,8 +358,8 @@ def load_runs(
     finished_as: dict[str, str] = {}
     for r in unfinished:
         config = config_of(r)
-        if config not in chosen or r.seed is None or (*config, r.seed) not in seen:
-            continue
+        if r.status == "RUNNING" or config not in chosen or r.seed is None or (*config, r.seed) not in seen:
+            continue  # a live run is always listed: it is at work now
         reference = chosen[config][0]
         if defaults is None and r.params.keys() != reference.params.keys():
             defaults = suite_param_defaults(suite)
