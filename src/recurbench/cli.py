@@ -110,6 +110,15 @@ def _print_json(obj: Any) -> None:
     typer.echo(json.dumps(obj, indent=2, default=str))
 
 
+def _duration(seconds: float) -> str:
+    """``42 s``, ``12 min``, ``3.4 h``."""
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    if seconds < 90 * 60:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
 def _table(title: str, header: list[str], rows: list[list[Any]]) -> Table:
     """A rich table of plain text: names and values are never read as rich markup (``[informer]``
     would vanish); a :class:`rich.text.Text` cell keeps its style."""
@@ -344,7 +353,7 @@ def run_cmd(
 ) -> None:
     """Run a suite profile; every configuration and seed becomes a nested MLflow run."""
     from recurbench.suites import run_suite
-    from recurbench.suites.runner import SUITES, parse_shard
+    from recurbench.suites.runner import SUITES, parse_shard, typical_seconds
     from recurbench.tracking import make_tracker
 
     if suite not in SUITES:
@@ -372,11 +381,21 @@ def run_cmd(
                            shard=share)
         shown = {"FINISHED": "finished: run {}", "RUNNING": "running now in another process: run {} (left to it)",
                  "PLANNED": "to run"}
-        rows = [[o.plan.name, str(o.plan.seed), shown[o.status].format(o.run_id)] for o in result.outcomes]
+        typical = typical_seconds(suite, profile, tracker, [o.plan for o in result.outcomes])
+        rows = [[o.plan.name, str(o.plan.seed), shown[o.status].format(o.run_id)
+                 + (f" (typically {_duration(typical[i])})" if i in typical and o.status == "PLANNED" else "")]
+                for i, o in enumerate(result.outcomes)]
         console.print(_table(f"{suite} / {profile}: dry run", ["run", "seed", "status"], rows))
-        todo = sum(o.status == "PLANNED" for o in result.outcomes)
-        console.print(f"{todo} run(s) to run, {len(result.elsewhere)} running now in another process, "
+        todo = [i for i, o in enumerate(result.outcomes) if o.status == "PLANNED"]
+        console.print(f"{len(todo)} run(s) to run, {len(result.elsewhere)} running now in another process, "
                       f"{len(result.reused)} already finished; nothing was trained or written")
+        if known := [typical[i] for i in todo if i in typical]:
+            console.print(
+                f"typical time of the {len(known)} run(s) to run that have one: {_duration(sum(known))} in all (the "
+                "median wall time of this store's finished runs of the same configuration, on the machines that ran them)"
+                + (f"; {len(todo) - len(known)} have no finished run of their configuration to go by"
+                   if len(known) < len(todo) else "")
+            )
         return
     with _lost_runs_reported(tracker), Progress(
         TextColumn("{task.description}", markup=False), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=console

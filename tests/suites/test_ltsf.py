@@ -273,6 +273,7 @@ def test_skip_finished_resumes_a_suite_from_its_mlflow_store(tmp_path, data_dir)
     dry = CliRunner().invoke(app, [*args, "--seeds", "2", "--skip-finished", "--dry-run"])
     said = " ".join(dry.output.split())
     assert f"finished: run {stored.run_id}" in said and "1 run(s) to run, 0 running now in another process, 1 already finished" in said
+    assert "typical time of the 1 run(s) to run that have one:" in said  # seed 1, from seed 0's wall time
     client = MlflowTracker(uri).client
     experiment = client.get_experiment_by_name("recurbench-ltsf").experiment_id
     assert len(client.search_runs([experiment])) == 2  # still the first run and its parent

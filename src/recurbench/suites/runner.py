@@ -40,6 +40,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import statistics
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
@@ -417,6 +418,20 @@ def parse_shard(text: str) -> tuple[int, int]:
     if sep and k.strip().isdigit() and n.strip().isdigit() and 1 <= int(k) <= int(n):
         return int(k), int(n)
     raise ConfigError(f"--shard: expected K/N with 1 <= K <= N (this invocation's share of N), got {text!r}")
+
+
+def typical_seconds(name: str, profile: str, tracker: Tracker, plans: Sequence[RunPlan]) -> dict[int, float]:
+    """For each plan (by index) that has one: the median wall time (``wall_time_s``) of the FINISHED
+    runs in the store of the same suite, profile and configuration (any seed or settings, on whatever
+    machine ran them). A dry run shows it as a rough guide to how long the runs left will take."""
+    stored = tracker.stored_runs(experiment_name(name), {"suite": name, "profile": profile}, "FINISHED")
+    keys = sorted({k for plan in plans for k in plan.tags})
+    times: dict[tuple[str | None, ...], list[float]] = {}
+    for run in stored:
+        if "wall_time_s" in run.metrics:
+            times.setdefault(tuple(run.tags.get(k) for k in keys), []).append(run.metrics["wall_time_s"])
+    found = {i: times.get(tuple(plan.tags.get(k) for k in keys)) for i, plan in enumerate(plans)}
+    return {i: statistics.median(t) for i, t in found.items() if t}
 
 
 def stored_outcomes(
