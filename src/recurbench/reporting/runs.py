@@ -321,16 +321,22 @@ def load_runs(
                 + (", ..." if len(unshipped) > 3 else "")
             )
 
+    def differs_from_shown(r: RunRecord) -> str:
+        """How ``r``'s settings differ from those shown for its configuration ("" where they agree);
+        the suite's defaults are read the first time two runs' logged params differ in their keys."""
+        nonlocal defaults
+        reference, how = chosen[config_of(r)]
+        if defaults is None and r.params.keys() != reference.params.keys():
+            defaults = suite_param_defaults(suite)
+        return settings_diff(r, reference, defaults, label=how)
+
     finished: list[RunRecord] = []
     seen: dict[tuple[Any, ...], str] = {}  # (configuration..., seed) -> the run id that counts
     differences: dict[tuple[Any, ...], str] = {}
     superseded = other_settings = 0
     for r in done:
         config = config_of(r)
-        reference, how = chosen[config]
-        if defaults is None and r.params.keys() != reference.params.keys():
-            defaults = suite_param_defaults(suite)
-        if diff := settings_diff(r, reference, defaults, label=how):
+        if diff := differs_from_shown(r):
             other_settings += 1
             differences.setdefault(config, "/".join(str(v) for v in config) + ": " + diff)
             continue
@@ -360,10 +366,7 @@ def load_runs(
         config = config_of(r)
         if r.status == "RUNNING" or config not in chosen or r.seed is None or (*config, r.seed) not in seen:
             continue  # a live run is always listed: it is at work now
-        reference = chosen[config][0]
-        if defaults is None and r.params.keys() != reference.params.keys():
-            defaults = suite_param_defaults(suite)
-        if r.params and not settings_diff(r, reference, defaults):
+        if r.params and not differs_from_shown(r):
             finished_as[r.run_id] = seen[(*config, r.seed)]
     return SuiteRuns(
         suite=suite,
