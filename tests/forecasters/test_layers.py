@@ -7,6 +7,7 @@ import math
 import pytest
 import torch
 
+from recurbench.forecasters.layers import attention as attention_module
 from recurbench.forecasters.layers.attention import (
     AttentionLayer,
     FullAttention,
@@ -15,7 +16,9 @@ from recurbench.forecasters.layers.attention import (
     log_sparse_pattern,
     sampled_scores,
 )
+from recurbench.forecasters.layers.rsa import REMHeadConfig, RSAFullAttention, RSAMixer
 from recurbench.forecasters.models.transformer_xl import RelativeAttentionLayer, segment_bounds
+from recurbench.kernels.rem import rem_apply
 
 
 def softmax_attention(q, k, v, causal=False):
@@ -139,6 +142,111 @@ def test_full_attention_matches_reference():
     torch.manual_seed(1)
     q, k, v = (torch.randn(2, 7, 2, 5) for _ in range(3))
     torch.testing.assert_close(FullAttention(causal=True)(q, k, v), softmax_attention(q, k, v, True), atol=1e-5, rtol=1e-5)
+
+
+def _outputs_and_grads(fn, leaves, cot):
+    leaves = [t.detach().requires_grad_() for t in leaves]
+    out = fn(*leaves)
+    return [out, *torch.autograd.grad(out, leaves, cot)]
+
+
+@pytest.mark.parametrize(
+    "attention, n_queries",
+    [(FullAttention(), 9), (FullAttention(causal=True), 9), (FullAttention(causal=True), 6),
+     (MaskedAttention(log_sparse_pattern(local_window=2)), 9)],
+    ids=["full", "causal", "cross", "logsparse"],
+)
+def test_cpu_matrix_products_equal_sdpa(monkeypatch, attention, n_queries):
+    """Short key sequences on a CPU take the materialised-weights path; SDPA (above MATH_MAX_KEYS) gives
+    the same values and gradients (fp64), causal masking only when square, LogSparse's pattern too."""
+    g = torch.Generator().manual_seed(4)
+    q = torch.randn(2, n_queries, 3, 4, dtype=torch.float64, generator=g)
+    k, v = (torch.randn(2, 9, 3, 4, dtype=torch.float64, generator=g) for _ in range(2))
+    cot = torch.randn(2, n_queries, 3, 4, dtype=torch.float64, generator=g)
+    products = _outputs_and_grads(attention, (q, k, v), cot)
+    monkeypatch.setattr(attention_module, "MATH_MAX_KEYS", 0)
+    sdpa = _outputs_and_grads(attention, (q, k, v), cot)
+    for name, a, b in zip(["out", "dq", "dk", "dv"], products, sdpa, strict=True):
+        torch.testing.assert_close(a, b, msg=lambda m, n=name: f"{n}: {m}")
+
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("cross", [False, True])
+def test_rsa_mixing_into_weights_equals_mixing_outputs(monkeypatch, causal, cross):
+    """RSA eq. 4 mixed into the materialised weights (CPU, short keys) and into SDPA's output give the
+    same layer output and the same gradients for every parameter, gate and REM parameters included."""
+    heads = REMHeadConfig.from_table5("(1,1,1,1,1,1)", "[2,3,5]", allow_unpaired=True)
+    torch.manual_seed(0)
+    layer = RSAFullAttention(24, 6, heads, causal=causal, gate_init=0.4).double()
+    g = torch.Generator().manual_seed(5)
+    x = torch.randn(2, 14 if cross else 11, 24, dtype=torch.float64, generator=g)
+    context = torch.randn(2, 11, 24, dtype=torch.float64, generator=g) if cross else None
+    positions = range(7, 21) if cross else None
+    calls = []
+    original = layer.mixer.mix_weights
+    monkeypatch.setattr(layer.mixer, "mix_weights", lambda *a, **kw: calls.append(1) or original(*a, **kw))
+
+    def run():
+        layer.zero_grad()
+        out = layer(x, context, query_positions=positions)
+        out.square().sum().backward()
+        return [out.detach(), *(p.grad.clone() for p in layer.parameters())]
+
+    via_weights = run()
+    assert calls, "the CPU's short-sequence path mixes into the weights"
+    monkeypatch.setattr(attention_module, "MATH_MAX_KEYS", 0)
+    calls.clear()
+    via_outputs = run()
+    assert not calls
+    names = ["out", *(n for n, _ in layer.named_parameters())]
+    for name, a, b in zip(names, via_weights, via_outputs, strict=True):
+        torch.testing.assert_close(a, b, msg=lambda m, n=name: f"{n}: {m}")
+
+
+def test_rsa_mixing_into_dropped_out_weights_in_training():
+    """With attention dropout in training, the REMs are mixed into the dropped-out softmax weights:
+    the same as mixing them into the output of attention with those weights (same dropout mask)."""
+    torch.manual_seed(0)
+    layer = RSAFullAttention(16, 4, REMHeadConfig(k=(2, 1, 1, 0, 0, 0)), gate_init=0.2).double()
+    layer.attention.dropout = 0.3
+    x = torch.randn(2, 10, 16, dtype=torch.float64)
+    torch.manual_seed(7)
+    out = layer.train()(x)
+    q, k, v = (proj(x).view(2, 10, 4, 4) for proj in (layer.q_proj, layer.k_proj, layer.v_proj))
+    scores = torch.einsum("bihd,bjhd->bhij", q, k) / 2.0
+    torch.manual_seed(7)
+    dropped = torch.nn.functional.dropout(scores.softmax(-1), 0.3)
+    assert (dropped == 0).any()
+    m = layer.mixer
+    pv = rem_apply(v, kind=m.kinds, eta=m._per_head(m.eta, m.reg_index), nu=m._per_head(m.nu, m.cyc_index),
+                   theta=m._per_head(m.theta, m.cyc_index), dilation=m.dilations, masked=False, impl="naive")
+    want = torch.lerp(torch.einsum("bhij,bjhd->bihd", dropped, v), pv, m.gate())
+    torch.testing.assert_close(out, layer.out_proj(want.reshape(2, 10, 16)))
+
+
+def test_xl_rsa_mixing_into_weights_equals_mixing_outputs():
+    """Transformer-XL's attention mixes the REMs into its weights over [memory; segment]; a mixer forced
+    onto an explicit REM implementation mixes the outputs instead: same values and gradients."""
+    heads = REMHeadConfig.from_table5("(2,1,1,0,1,1)", "[3,3]")
+    torch.manual_seed(1)
+    layer = RelativeAttentionLayer(24, 6, 0.0, relative=True, mixer=RSAMixer(6, heads, masked=True)).double()
+    g = torch.Generator().manual_seed(6)
+    memory, h = torch.randn(2, 5, 24, dtype=torch.float64, generator=g), torch.randn(2, 7, 24, dtype=torch.float64, generator=g)
+
+    def run():
+        layer.zero_grad()
+        out = layer(h, memory)
+        out.square().sum().backward()
+        return [out.detach(), *(p.grad.clone() for p in layer.parameters())]
+
+    assert layer.mixer.mixes_weights(range(5, 12))
+    via_weights = run()
+    layer.mixer.impl = "naive"
+    assert not layer.mixer.mixes_weights(range(5, 12))
+    via_outputs = run()
+    names = ["out", *(n for n, _ in layer.named_parameters())]
+    for name, a, b in zip(names, via_weights, via_outputs, strict=True):
+        torch.testing.assert_close(a, b, msg=lambda m, n=name: f"{n}: {m}")
 
 
 class _Labels(torch.nn.Module):

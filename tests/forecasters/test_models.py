@@ -7,6 +7,7 @@ import torch
 
 from recurbench.errors import ConfigError
 from recurbench.forecasters.config import ForecasterConfig, RSASpec
+from recurbench.forecasters.layers import attention as attention_module
 from recurbench.forecasters.models import ARCHITECTURES, build_network
 from recurbench.forecasters.training import rsa_state
 
@@ -63,21 +64,28 @@ def test_rsa_with_closed_gate_equals_its_baseline(base):
     torch.testing.assert_close(rsa_model(*batch()), baseline(*batch()))
 
 
-def test_rsa_informer_cross_attention_gets_key_space_positions(monkeypatch):
+@pytest.mark.parametrize("weights_path", [True, False])
+def test_rsa_informer_cross_attention_gets_key_space_positions(monkeypatch, weights_path):
+    """Whether the REMs are mixed into the attention weights (the CPU's short-sequence path) or into
+    the output, the cross-attention's REM rows sit at the decoder steps' positions on the encoder's axis."""
     seen = {}
     model = build_network("rsa_informer", CFG).eval()
     cross = model.decoder[0].cross_attention.mixer
-    original = cross.forward
+    if not weights_path:
+        monkeypatch.setattr(attention_module, "MATH_MAX_KEYS", 0)
+    for name in ("forward", "mix_weights"):
+        original = getattr(cross, name)
 
-    def spy(attn_out, v, query_positions=None):
-        seen["positions"] = query_positions
-        return original(attn_out, v, query_positions=query_positions)
+        def spy(*args, _name=name, _original=original, query_positions=None, **kwargs):
+            seen[_name] = query_positions
+            return _original(*args, query_positions=query_positions, **kwargs)
 
-    monkeypatch.setattr(cross, "forward", spy)
+        monkeypatch.setattr(cross, name, spy)
     model(*batch())
     # Decoder step i is time seq_len - label_len + i of the encoder's axis.
     expected = torch.arange(CFG.label_len + CFG.pred_len) + CFG.seq_len - CFG.label_len
-    torch.testing.assert_close(torch.as_tensor(seen["positions"]), expected)
+    assert set(seen) == {"mix_weights" if weights_path else "forward"}
+    torch.testing.assert_close(torch.as_tensor(next(iter(seen.values()))), expected)
 
 
 @pytest.mark.parametrize("name", ["xl", "rsa_xl"])

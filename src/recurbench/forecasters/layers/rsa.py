@@ -8,7 +8,8 @@ output ``A`` as ``[B, Tq, H, D]``; :class:`RSAMixer` adds the REM term computed 
 :class:`REMHeadConfig` (the paper's k1..k6 and dilations, Table 5).
 
 The mixing itself is :func:`recurbench.kernels.rem.rem_mix` (fused for short square self-attention
-on a CPU).
+on a CPU), or, where the attention materialises its weights (short sequences on a CPU, Transformer-XL),
+:meth:`RSAMixer.mix_weights`: ``(1 - sigma(mu)) A + sigma(mu) P`` before the product with V.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from torch import nn
 
 from recurbench.errors import ConfigError
 from recurbench.forecasters.layers.attention import AttentionLayer, FullAttention
-from recurbench.kernels.rem import rem_apply, rem_mix
+from recurbench.kernels.rem import rem_apply, rem_mix, rem_mix_weights
 
 # (kind, dilated) of k1..k6, in the paper's order (Sec. 3, "Hyperparameters k_i and d").
 HEAD_TYPES = (("regular", False), ("cos", False), ("sin", False), ("regular", True), ("cos", True), ("sin", True))
@@ -196,6 +197,24 @@ class RSAMixer(nn.Module):
     ) -> torch.Tensor:
         """``attn_out`` ``[B, Tq, H, D]`` (the baseline's per-head output), ``v`` ``[B, Tk, H, D]``."""
         return rem_mix(attn_out, v, self.gate(), query_positions=query_positions, impl=self.impl, **self._rem_kwargs())
+
+    def mixes_weights(self, query_positions: torch.Tensor | range | None = None) -> bool:
+        """Whether :meth:`mix_weights` applies: the default REM path (no ``impl`` forced) and query
+        positions shared by the batch (``None``, a ``range`` or a ``[Tq]`` tensor)."""
+        return self.impl is None and (
+            query_positions is None or isinstance(query_positions, range) or query_positions.dim() == 1
+        )
+
+    def mix_weights(
+        self, weights: torch.Tensor, query_positions: torch.Tensor | range | None = None,
+        softmax_scale: float | None = None,
+    ) -> torch.Tensor:
+        """Eq. 4 on the attention weights ``[B, H, Tq, Tk]``: ``(1 - sigma(mu)) A + sigma(mu) P_h``, so
+        that multiplying the result by V gives what :meth:`forward` gives on ``A V``. With
+        ``softmax_scale`` c, ``weights`` are raw scores S and A = softmax(c S)."""
+        return rem_mix_weights(
+            weights, self.gate(), query_positions=query_positions, softmax_scale=softmax_scale, **self._rem_kwargs()
+        )
 
     def gate(self) -> torch.Tensor:
         """sigma(mu), the share of the REM term (for logging)."""

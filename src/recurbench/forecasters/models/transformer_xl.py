@@ -59,7 +59,7 @@ class RelativeAttentionLayer(nn.Module):
             scores = torch.einsum("bihd,bjhd->bhij", q + self.u_bias, k)
             # distance(i, j) = (M + i) - j for query i (key-space position M + i) and key j.
             distances = torch.arange(M + L - 1, -1, -1, device=h.device)  # M+L-1 .. 0
-            r = self.r_proj(sinusoid_table(distances, d)).view(M + L, H, D)
+            r = self.r_proj(sinusoid_table(distances, d).to(h.dtype)).view(M + L, H, D)
             bd = torch.einsum("bihd,nhd->bhin", q + self.v_bias, r)  # column n <-> distance M+L-1-n
             i = torch.arange(L, device=h.device)[:, None]
             j = torch.arange(M + L, device=h.device)[None, :]
@@ -70,9 +70,13 @@ class RelativeAttentionLayer(nn.Module):
         future = torch.arange(M + L, device=h.device)[None, :] > (M + torch.arange(L, device=h.device))[:, None]
         scores = scores.masked_fill(future, float("-inf")) / math.sqrt(D)
         weights = self.dropout(torch.softmax(scores, dim=-1))
+        positions = range(M, M + L)  # the segment's queries in the key frame [memory; segment]
+        mix_weights = self.mixer is not None and self.mixer.mixes_weights(positions)
+        if mix_weights:  # RSA eq. 4 on the weights: (1 - g) A + g P, then one product with V
+            weights = self.mixer.mix_weights(weights, query_positions=positions)
         out = torch.einsum("bhij,bjhd->bihd", weights, v)  # [B, L, H, D]
-        if self.mixer is not None:
-            out = self.mixer(out, v, query_positions=range(M, M + L))
+        if self.mixer is not None and not mix_weights:
+            out = self.mixer(out, v, query_positions=positions)
         return self.out_proj(out.reshape(B, L, d))
 
 

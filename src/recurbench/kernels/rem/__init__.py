@@ -31,7 +31,10 @@ O(span) work).
 The RSA mixing itself, eq. 4, is :func:`rem_mix`: ``(1 - g) A + g P V``. For square self-attention
 on a CPU with short sequences it runs fused (:mod:`.lanes`: dilated heads as small undilated REMs over
 their lanes, one wide product per group of heads, a hand-written backward); otherwise it is
-:func:`rem_apply` followed by a ``lerp``. :func:`rem_matrices` returns the P_h themselves, densely.
+:func:`rem_apply` followed by a ``lerp``. Where the baseline attention materialises its weights A
+(short sequences on a CPU, Transformer-XL), :func:`rem_mix_weights` mixes the REMs into them instead,
+``(1 - g) A + g P``, and the attention's own product with V does the rest (:mod:`.weights`).
+:func:`rem_matrices` returns the P_h themselves, densely.
 
 Implementations (``impl``): ``"naive"`` (dense matrices, the reference), ``"chunked"`` (O(T) PyTorch,
 default on CPU), ``"triton"`` (CUDA kernels; default on CUDA when triton is installed). All three are
@@ -50,8 +53,9 @@ from recurbench.kernels.rem.dense import rem_table_matrices
 from recurbench.kernels.rem.heads import KINDS, HeadLayout, head_params, make_layout, normalize_positions
 from recurbench.kernels.rem.lanes import head_groups, lane_steps, rem_lanes_mix
 from recurbench.kernels.rem.naive import rem_dense_matrices, rem_naive
+from recurbench.kernels.rem.weights import rem_weight_mix
 
-__all__ = ["KINDS", "IMPLS", "LANES_MAX_STEPS", "rem_apply", "rem_matrices", "rem_mix"]
+__all__ = ["KINDS", "IMPLS", "LANES_MAX_STEPS", "rem_apply", "rem_matrices", "rem_mix", "rem_mix_weights"]
 
 IMPLS = ("naive", "chunked", "triton")
 
@@ -154,6 +158,50 @@ def rem_mix(
     pv = rem_apply(v, kind=layout.kinds, eta=eta, nu=nu, theta=theta, dilation=layout.dilations, masked=masked,
                    query_positions=query_positions, truncate=truncate, impl=impl)
     return torch.lerp(attn, pv.to(attn.dtype), gate.to(attn.dtype))
+
+
+def rem_mix_weights(
+    weights: torch.Tensor,
+    gate: torch.Tensor,
+    *,
+    kind: str | Sequence[str],
+    eta: torch.Tensor | float | None = None,
+    nu: torch.Tensor | float | None = None,
+    theta: torch.Tensor | float | None = None,
+    dilation: int | Sequence[int] = 1,
+    masked: bool,
+    query_positions: torch.Tensor | range | None = None,
+    truncate: int | None = None,
+    softmax_scale: float | None = None,
+) -> torch.Tensor:
+    """RSA eq. 4 on attention weights: ``(1 - gate) * weights + gate * P_h`` for every head, so that
+    ``result @ V`` equals :func:`rem_mix` of ``weights @ V``. With ``softmax_scale`` c, ``weights`` are
+    raw scores S and the weights mixed are ``softmax(c S)`` (one op, one backward pass).
+
+    ``weights`` ``[B, H, Tq, Tk]`` (e.g. softmax probabilities), ``gate`` a 0-dim tensor; the other
+    arguments as in :func:`rem_apply`, except that the query positions must be shared by the batch
+    (``None``, a ``range`` or a ``[Tq]`` tensor): per-row positions (ProbSparse) go through :func:`rem_mix`.
+    P is built densely from the kernel tables (O(H Tq Tk), like the weights themselves)."""
+    if weights.dim() != 4:
+        raise ValueError(f"weights must be [B, H, Tq, Tk], got shape {tuple(weights.shape)}")
+    _, H, Tq, Tk = weights.shape
+    layout = make_layout(kind, dilation, H)
+    _check_truncate(truncate)
+    pos = query_positions
+    if not isinstance(pos, range):
+        pos = normalize_positions(pos, 1, Tk, H, weights.device)
+    if pos is None and Tq != Tk:
+        raise ValueError(f"query_positions is required when Tq ({Tq}) != Tk ({Tk})")
+    shape = (len(pos),) if isinstance(pos, range) else None if pos is None else tuple(pos.shape)
+    if shape is not None and shape != (Tq,):
+        raise ValueError(
+            f"rem_mix_weights needs query positions shared by the batch, as [Tq={Tq}], got {shape} "
+            "(per-row positions: use rem_mix)"
+        )
+    dtype = weights.dtype if weights.dtype in (torch.float32, torch.float64) else torch.float32
+    base, angle = head_params(layout, eta, nu, theta, dtype, weights.device)
+    rem = rem_table_matrices(layout, base, angle, n_keys=Tk, masked=masked, query_positions=pos, truncate=truncate)
+    return rem_weight_mix(weights, rem, gate, softmax_scale=softmax_scale)
 
 
 def _as_tensor(query_positions: torch.Tensor | range | None, device: torch.device) -> torch.Tensor | None:

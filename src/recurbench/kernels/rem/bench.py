@@ -306,20 +306,22 @@ def bench_rsa(
     device: str = "auto",
 ) -> dict[str, Any]:
     """Training step (forward, backward, Adam step) of an attention layer with and without REMs:
-    ``attention="full"`` is :class:`RSAFullAttention` (softmax attention through SDPA), ``"prob"``
-    Informer's own layer (ProbSparse, factor 5), which is what RSA-Informer's self-attention wraps.
+    ``attention="full"`` is :class:`RSAFullAttention` (softmax attention: on a CPU with at most
+    :data:`~recurbench.forecasters.layers.attention.MATH_MAX_KEYS` keys two matrix products, the REMs
+    mixed into the weights; else SDPA, the REM term mixed into its output), ``"prob"`` Informer's own
+    layer (ProbSparse, factor 5), which is what RSA-Informer's self-attention wraps.
 
     Defaults: Informer's size (d_model = 512, 8 heads, encoder input 96, batch 32) and its Table 5 head
-    configuration for ETTh1 (k = (0,2,2,0,2,2), d = [24,24,24,24]). ``impl`` picks the REM path
-    (``None``: the default, i.e. the fused mix of :func:`recurbench.kernels.rem.rem_mix` where it
-    applies). ``pairs`` timed steps of each layer, alternating (see :func:`_paired_steps`); besides
-    wall time, the CPU time of this process is reported (robust to other processes on shared cores).
+    configuration for ETTh1 (k = (0,2,2,0,2,2), d = [24,24,24,24]). ``impl`` forces a REM path (the
+    output mix through :func:`recurbench.kernels.rem.rem_apply`); ``None`` is the default. ``pairs``
+    timed steps of each layer, alternating (see :func:`_paired_steps`); besides wall time, the CPU time
+    of this process is reported (robust to other processes on shared cores).
 
     Then the attention core alone, forward and backward without projections or optimizer, in
-    ``pairs`` alternating pairs: ``time_sdpa_alone_s`` (softmax attention through SDPA) against
-    ``time_rsa_attention_s`` (the RSA layer's attention kernel, SDPA or ProbSparse, plus its REM mix);
-    ``rsa_attention_vs_sdpa`` is their ratio."""
-    from recurbench.forecasters.layers.attention import AttentionLayer, FullAttention, ProbSparseAttention
+    ``pairs`` alternating pairs: ``time_sdpa_alone_s`` (softmax attention through
+    ``scaled_dot_product_attention`` itself) against ``time_rsa_attention_s`` (the RSA layer's
+    attention with its REM mix, :meth:`AttentionLayer.attend`); ``rsa_attention_vs_sdpa`` is their ratio."""
+    from recurbench.forecasters.layers.attention import AttentionLayer, ProbSparseAttention
     from recurbench.forecasters.layers.rsa import REMHeadConfig, RSAFullAttention, RSAMixer
 
     if attention not in BASELINE_ATTENTIONS:
@@ -357,7 +359,11 @@ def bench_rsa(
     # attention kernel followed by its REM mix, forward and backward on the same q, k, v.
     q, k, v = (torch.randn(batch, seq_len, heads, head_dim, generator=gen).to(dev).requires_grad_() for _ in range(3))
     grad = torch.randn(batch, seq_len, heads, head_dim, generator=gen).to(dev)
-    sdpa = FullAttention(causal=causal)
+
+    def sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        return torch.nn.functional.scaled_dot_product_attention(
+            q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), is_causal=causal
+        ).transpose(1, 2)
 
     def core_step(fn: Callable[[], torch.Tensor]) -> Callable[[], None]:
         def step() -> None:
@@ -368,7 +374,7 @@ def bench_rsa(
 
     core = _paired_steps(
         core_step(lambda: sdpa(q, k, v)),
-        core_step(lambda: rsa_layer.mixer(rsa_layer.attention(q, k, v), v)),
+        core_step(lambda: rsa_layer.attend(q, k, v)),
         pairs, dev,
     )
     return {

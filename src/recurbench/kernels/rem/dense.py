@@ -11,6 +11,8 @@ O(H Tq Tk), so it serves short sequences: the small per-lane REMs of the fused m
 
 from __future__ import annotations
 
+import functools
+
 import torch
 
 from recurbench.kernels.rem.heads import HeadLayout, kernel_values, signed_lags
@@ -23,27 +25,68 @@ def rem_table_matrices(
     *,
     n_keys: int,
     masked: bool,
-    query_positions: torch.Tensor | None = None,
+    query_positions: torch.Tensor | range | None = None,
     truncate: int | None = None,
 ) -> torch.Tensor:
     """Same contract and result as :func:`recurbench.kernels.rem.naive.rem_dense_matrices`:
-    ``[H, Tq, Tk]`` (positions ``None`` or ``[Tq]``) or ``[B, H, Tq, Tk]`` (``[B, Tq]`` or ``[B, Tq, H]``)."""
-    device = base.device
+    ``[H, Tq, Tk]`` (positions ``None``, a ``range`` or ``[Tq]``) or ``[B, H, Tq, Tk]`` (``[B, Tq]`` or
+    ``[B, Tq, H]``). For ``None`` or a ``range`` the index is built once per shape and kept
+    (:func:`static_table_index`): it depends on nothing that changes between steps."""
     H = layout.n_heads
-    lag = signed_lags(query_positions, n_keys, device)
-    dil = torch.tensor(layout.dilations, device=device).view(H, 1, 1)
-    dist = lag.abs()
-    exponent = dist // dil  # broadcasts to [H, Tq, Tk] or [B, H, Tq, Tk]
-    on = (dist % dil) == 0
-    if masked:
-        on = on & (lag > 0)
-    # Index 0 of the table is f(0) = 0: off-grid, masked and diagonal entries all read it. Entries
-    # beyond ``truncate`` read zeros too (kernel_values zeroes them).
-    index = torch.where(on, exponent, torch.zeros((), dtype=exponent.dtype, device=device))
-    n_table = int(index.max()) + 1 if index.numel() else 1
-    table = kernel_values(base, angle, layout.coef(base.dtype, device), n_table, truncate)  # [H, n_table]
+    if query_positions is None or isinstance(query_positions, range):
+        index, n_table = static_table_index(layout.dilations, _range_key(query_positions), n_keys, masked, base.device)
+    else:
+        index, n_table = table_index(layout.dilations, query_positions, n_keys, masked, base.device)
+    table = kernel_values(base, angle, layout.coef(base.dtype, base.device), n_table, truncate)  # [H, n_table]
     if index.dim() == 3:
         return table.gather(1, index.reshape(H, -1)).view(index.shape)
     B = index.shape[0]
     flat = index.permute(1, 0, 2, 3).reshape(H, -1)  # [H, B Tq Tk]
     return table.gather(1, flat).view(H, B, *index.shape[2:]).transpose(0, 1)
+
+
+def table_index(
+    dilations: tuple[int, ...], query_positions: torch.Tensor | None, n_keys: int, masked: bool, device: torch.device
+) -> tuple[torch.Tensor, int]:
+    """For every entry of P_h, the exponent to read from head h's kernel table (0, i.e. f(0) = 0, where
+    the entry is off the dilation grid, masked or on the diagonal), broadcast to ``[H, Tq, Tk]`` or
+    ``[B, H, Tq, Tk]``; and the table length needed."""
+    H = len(dilations)
+    lag = signed_lags(query_positions, n_keys, device)
+    dil = torch.tensor(dilations, device=device).view(H, 1, 1)
+    dist = lag.abs()
+    exponent = dist // dil  # broadcasts to [H, Tq, Tk] or [B, H, Tq, Tk]
+    on = (dist % dil) == 0
+    if masked:
+        on = on & (lag > 0)
+    # Entries beyond ``truncate`` read zeros too (kernel_values zeroes them).
+    index = torch.where(on, exponent, torch.zeros((), dtype=exponent.dtype, device=device))
+    return index, (int(index.max()) + 1 if index.numel() else 1)
+
+
+STATIC_INDEX_MAX_ENTRIES = 1 << 21
+""":func:`static_table_index` keeps indexes up to this many entries (16 MiB of int64)."""
+
+
+def _range_key(positions: range | None) -> tuple[int, int, int] | None:
+    return None if positions is None else (positions.start, positions.stop, positions.step)
+
+
+def static_table_index(
+    dilations: tuple[int, ...], positions: tuple[int, int, int] | None, n_keys: int, masked: bool, device: torch.device
+) -> tuple[torch.Tensor, int]:
+    """:func:`table_index` for static query positions (``None``: square; else a range's start, stop,
+    step), computed once per argument set: the integer divisions over every entry cost about as much
+    as the mixing itself at T = 96."""
+    rows = n_keys if positions is None else len(range(*positions))
+    if len(dilations) * rows * n_keys > STATIC_INDEX_MAX_ENTRIES:
+        return _static_index(dilations, positions, n_keys, masked, device)
+    return _cached_static_index(dilations, positions, n_keys, masked, device)
+
+
+def _static_index(dilations, positions, n_keys, masked, device):
+    pos = None if positions is None else torch.arange(*positions, device=device)
+    return table_index(dilations, pos, n_keys, masked, device)
+
+
+_cached_static_index = functools.lru_cache(maxsize=64)(_static_index)
