@@ -46,11 +46,12 @@ def rem_table_matrices(
 
 
 def table_index(
-    dilations: tuple[int, ...], query_positions: torch.Tensor | None, n_keys: int, masked: bool, device: torch.device
+    dilations: tuple[int, ...], query_positions: torch.Tensor | None, n_keys: int, masked: bool, device: torch.device,
+    n_table: int | None = None,
 ) -> tuple[torch.Tensor, int]:
     """For every entry of P_h, the exponent to read from head h's kernel table (0, i.e. f(0) = 0, where
     the entry is off the dilation grid, masked or on the diagonal), broadcast to ``[H, Tq, Tk]`` or
-    ``[B, H, Tq, Tk]``; and the table length needed."""
+    ``[B, H, Tq, Tk]``; and the table length needed (read off the index unless ``n_table`` is given)."""
     H = len(dilations)
     lag = signed_lags(query_positions, n_keys, device)
     dil = torch.tensor(dilations, device=device).view(H, 1, 1)
@@ -61,7 +62,9 @@ def table_index(
         on = on & (lag > 0)
     # Entries beyond ``truncate`` read zeros too (kernel_values zeroes them).
     index = torch.where(on, exponent, torch.zeros((), dtype=exponent.dtype, device=device))
-    return index, (int(index.max()) + 1 if index.numel() else 1)
+    if n_table is None:
+        n_table = int(index.max()) + 1 if index.numel() else 1
+    return index, n_table
 
 
 STATIC_INDEX_MAX_ENTRIES = 1 << 21
@@ -79,14 +82,18 @@ def static_table_index(
     step), computed once per argument set: the integer divisions over every entry cost about as much
     as the mixing itself at T = 96."""
     rows = n_keys if positions is None else len(range(*positions))
-    if len(dilations) * rows * n_keys > STATIC_INDEX_MAX_ENTRIES:
+    if torch.compiler.is_compiling() or len(dilations) * rows * n_keys > STATIC_INDEX_MAX_ENTRIES:
         return _static_index(dilations, positions, n_keys, masked, device)
     return _cached_static_index(dilations, positions, n_keys, masked, device)
 
 
 def _static_index(dilations, positions, n_keys, masked, device):
+    pos_range = range(n_keys) if positions is None else range(*positions)
     pos = None if positions is None else torch.arange(*positions, device=device)
-    return table_index(dilations, pos, n_keys, masked, device)
+    # The table length from the shapes alone (no tensor read back): the largest |p - s| over the
+    # smallest dilation bounds every exponent.
+    max_lag = max(abs(p - s) for p in (pos_range[0], pos_range[-1]) for s in (0, n_keys - 1)) if pos_range and n_keys else 0
+    return table_index(dilations, pos, n_keys, masked, device, n_table=max_lag // min(dilations) + 1)
 
 
 _cached_static_index = functools.lru_cache(maxsize=64)(_static_index)
