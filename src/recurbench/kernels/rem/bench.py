@@ -262,8 +262,11 @@ def bench_rem(
         del v, params
         result["peak_mem_default_bytes"] = peak_memory(cfg, default_impl)
         result["peak_mem_dense_bytes"] = peak_memory(cfg, "naive") if run_dense else None
+        # 0 bytes: the default path's peak fit in memory the process already held (tiny shapes), so
+        # no ratio can be formed.
         result["peak_mem_ratio"] = (
-            result["peak_mem_dense_bytes"] / max(result["peak_mem_default_bytes"], 1) if run_dense else None
+            result["peak_mem_dense_bytes"] / result["peak_mem_default_bytes"]
+            if run_dense and result["peak_mem_default_bytes"] > 0 else None
         )
         result["peak_mem_method"] = (
             "torch.cuda.max_memory_allocated" if dev.type == "cuda"
