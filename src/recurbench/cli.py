@@ -605,7 +605,7 @@ def bench_rsa_cmd(
     dilations: Annotated[str, typer.Option("--dilations", help="Dilations of the dilated heads, or '-'.")] = "[24,24,24,24]",
     causal: Annotated[bool, typer.Option("--causal", help="Masked (decoder) self-attention.")] = False,
     attention: Annotated[
-        str, typer.Option("--attention", help="Baseline layer: full (softmax, SDPA) or prob (Informer's ProbSparse).")
+        str, typer.Option("--attention", help="Baseline layer: full (softmax attention) or prob (Informer's ProbSparse).")
     ] = "full",
     impl: Annotated[
         str | None, typer.Option("--impl", help="REM path: naive, chunked or triton (default: the device's default).")

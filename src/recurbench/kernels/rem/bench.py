@@ -290,7 +290,7 @@ def bench_rem_sweep(
 
 
 BASELINE_ATTENTIONS = ("full", "prob")
-"""``bench rsa``'s baseline layers: softmax attention (SDPA) or Informer's ProbSparse."""
+"""``bench rsa``'s baseline layers: softmax attention or Informer's ProbSparse."""
 
 
 def bench_rsa(
@@ -359,7 +359,7 @@ def bench_rsa(
     timing = _paired_steps(make_step(make_layer(None)), make_step(rsa_layer), pairs, dev)
 
     # The attention core alone (no projections, no optimizer): SDPA against the RSA layer's own
-    # attention kernel followed by its REM mix, forward and backward on the same q, k, v.
+    # attention with its REM mix (AttentionLayer.attend), forward and backward on the same q, k, v.
     q, k, v = (torch.randn(batch, seq_len, heads, head_dim, generator=gen).to(dev).requires_grad_() for _ in range(3))
     grad = torch.randn(batch, seq_len, heads, head_dim, generator=gen).to(dev)
 
