@@ -68,7 +68,9 @@ def softmax_attention(
     :meth:`~Mixer.mixes_weights`), else into the output: the same values either way."""
     Tq, Tk = q.shape[1], k.shape[1]
     causal = causal and Tq == Tk
-    if q.device.type == "cpu" and Tk <= MATH_MAX_KEYS:
+    materialised = q.device.type == "cpu" and Tk <= MATH_MAX_KEYS
+    into_weights = materialised and mixer is not None and mixer.mixes_weights(query_positions)
+    if materialised:
         qh, kh, vh = (t.transpose(1, 2) for t in (q, k, v))  # [B, H, T, D]
         scale = 1.0 / math.sqrt(q.shape[-1])
         scores = qh @ kh.transpose(-2, -1)
@@ -76,21 +78,19 @@ def softmax_attention(
             scores = scores.masked_fill(torch.ones(Tq, Tk, dtype=torch.bool, device=q.device).triu(1), float("-inf"))
         if allowed is not None:
             scores = scores.masked_fill(~allowed, float("-inf"))
-        if mixer is not None and mixer.mixes_weights(query_positions):
-            if dropout > 0:
-                weights = F.dropout(torch.softmax(scores * scale, dim=-1), dropout)
+        if into_weights and dropout == 0:  # softmax and mixing in one op (one backward pass for both)
+            weights = mixer.mix_weights(scores, query_positions=query_positions, softmax_scale=scale)
+        else:
+            weights = F.dropout(torch.softmax(scores * scale, dim=-1), dropout, training=dropout > 0)
+            if into_weights:
                 weights = mixer.mix_weights(weights, query_positions=query_positions)
-            else:  # softmax and mixing in one op (one backward pass for both)
-                weights = mixer.mix_weights(scores, query_positions=query_positions, softmax_scale=scale)
-            return (weights @ vh).transpose(1, 2)
-        weights = F.dropout(torch.softmax(scores * scale, dim=-1), dropout, training=dropout > 0)
         out = (weights @ vh).transpose(1, 2)
     else:
         out = F.scaled_dot_product_attention(
             q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), attn_mask=allowed, dropout_p=dropout,
             is_causal=causal,
         ).transpose(1, 2)
-    return out if mixer is None else mixer(out, v, query_positions=query_positions)
+    return out if mixer is None or into_weights else mixer(out, v, query_positions=query_positions)
 
 
 class FullAttention(nn.Module):
