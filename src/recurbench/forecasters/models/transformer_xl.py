@@ -71,11 +71,11 @@ class RelativeAttentionLayer(nn.Module):
         scores = scores.masked_fill(future, float("-inf")) / math.sqrt(D)
         weights = self.dropout(torch.softmax(scores, dim=-1))
         positions = range(M, M + L)  # the segment's queries in the key frame [memory; segment]
-        mix_weights = self.mixer is not None and self.mixer.mixes_weights(positions)
-        if mix_weights:  # RSA eq. 4 on the weights: (1 - g) A + g P, then one product with V
+        into_weights = self.mixer is not None and self.mixer.mixes_weights(positions)
+        if into_weights:  # RSA eq. 4 on the weights: (1 - g) A + g P, then one product with V
             weights = self.mixer.mix_weights(weights, query_positions=positions)
         out = torch.einsum("bhij,bjhd->bihd", weights, v)  # [B, L, H, D]
-        if self.mixer is not None and not mix_weights:
+        if self.mixer is not None and not into_weights:
             out = self.mixer(out, v, query_positions=positions)
         return self.out_proj(out.reshape(B, L, d))
 
