@@ -144,6 +144,14 @@ def test_full_attention_matches_reference():
     torch.testing.assert_close(FullAttention(causal=True)(q, k, v), softmax_attention(q, k, v, True), atol=1e-5, rtol=1e-5)
 
 
+def _layer_output_and_grads(layer, *inputs, **kwargs):
+    """The layer's output on ``inputs`` and every parameter's gradient of its summed squares."""
+    layer.zero_grad()
+    out = layer(*inputs, **kwargs)
+    out.square().sum().backward()
+    return [out.detach(), *(p.grad.clone() for p in layer.parameters())]
+
+
 def _outputs_and_grads(fn, leaves, cot):
     leaves = [t.detach().requires_grad_() for t in leaves]
     out = fn(*leaves)
@@ -187,10 +195,7 @@ def test_rsa_mixing_into_weights_equals_mixing_outputs(monkeypatch, causal, cros
     monkeypatch.setattr(layer.mixer, "mix_weights", lambda *a, **kw: calls.append(1) or original(*a, **kw))
 
     def run():
-        layer.zero_grad()
-        out = layer(x, context, query_positions=positions)
-        out.square().sum().backward()
-        return [out.detach(), *(p.grad.clone() for p in layer.parameters())]
+        return _layer_output_and_grads(layer, x, context, query_positions=positions)
 
     via_weights = run()
     assert calls, "the CPU's short-sequence path mixes into the weights"
@@ -234,10 +239,7 @@ def test_xl_rsa_mixing_into_weights_equals_mixing_outputs():
     memory, h = torch.randn(2, 5, 24, dtype=torch.float64, generator=g), torch.randn(2, 7, 24, dtype=torch.float64, generator=g)
 
     def run():
-        layer.zero_grad()
-        out = layer(h, memory)
-        out.square().sum().backward()
-        return [out.detach(), *(p.grad.clone() for p in layer.parameters())]
+        return _layer_output_and_grads(layer, h, memory)
 
     assert layer.mixer.mixes_weights(range(5, 12))
     via_weights = run()

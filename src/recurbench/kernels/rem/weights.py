@@ -19,6 +19,11 @@ from __future__ import annotations
 import torch
 
 
+def _lerp(attn: torch.Tensor, rem: torch.Tensor, gate: torch.Tensor) -> torch.Tensor:
+    """``(1 - gate) attn + gate rem`` in ``attn``'s dtype (rem broadcast over the leading dimensions)."""
+    return torch.lerp(attn, rem.to(attn.dtype), gate.to(attn.dtype))
+
+
 def _rem_and_gate_grads(grad, attn, rem, gate, need_rem, need_gate):
     """d rem and d gate of ``(1 - gate) attn + gate rem`` (rem broadcast over the leading dimensions)."""
     if not (need_rem or need_gate):
@@ -38,7 +43,7 @@ class _WeightMix(torch.autograd.Function):
     @staticmethod
     def forward(ctx, attn, rem, gate):  # type: ignore[override]
         ctx.save_for_backward(attn, rem, gate)
-        return torch.lerp(attn, rem.to(attn.dtype), gate.to(attn.dtype))
+        return _lerp(attn, rem, gate)
 
     @staticmethod
     def backward(ctx, grad):  # type: ignore[override]
@@ -57,7 +62,7 @@ class _SoftmaxMix(torch.autograd.Function):
         attn = torch.softmax(scores * scale, dim=-1)
         ctx.scale = scale
         ctx.save_for_backward(attn, rem, gate)
-        return torch.lerp(attn, rem.to(attn.dtype), gate.to(attn.dtype))
+        return _lerp(attn, rem, gate)
 
     @staticmethod
     def backward(ctx, grad):  # type: ignore[override]
@@ -80,7 +85,7 @@ def rem_weight_mix(
     if torch.compiler.is_compiling():
         if softmax_scale is not None:
             attn = torch.softmax(attn * softmax_scale, dim=-1)
-        return torch.lerp(attn, rem.to(attn.dtype), gate.to(attn.dtype))
+        return _lerp(attn, rem, gate)
     if softmax_scale is not None:
         return _SoftmaxMix.apply(attn.contiguous(), float(softmax_scale), rem, gate)
     return _WeightMix.apply(attn.contiguous(), rem, gate)
