@@ -12,10 +12,11 @@ import pytest
 
 from recurbench.runtime import tune_allocator
 
-# A training step's pattern in small: six 8 MiB and two ~12 MiB tensors (growing a little each round)
-# allocated, written and freed, eight times. With glibc's defaults part of that memory goes back to the
-# kernel every round (unmapped, or the heap's top trimmed), so each round faults pages in again; tuned,
-# the rounds settle on reusing the same memory.
+# A training step's pattern in small: six 8 MiB, two ~12 MiB and one 40 MiB tensors (growing a little each
+# round) allocated, written and freed, eight times. With glibc's defaults part of that memory goes back to
+# the kernel every round (unmapped, or the heap's top trimmed), so each round faults pages in again; tuned,
+# the rounds settle on reusing the same memory. The 40 MiB tensor is above the largest mmap threshold
+# glibc accepts (32 MiB): only turning mmap off keeps it.
 _ROUNDS = """
 import json, resource, sys
 import torch
@@ -27,11 +28,12 @@ for r in range(8):
     f0 = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
     xs = [torch.empty(2 * 1024 * 1024).fill_(1.0) for _ in range(6)]
     ys = [torch.empty(3 * 1024 * 1024 + 7 * 1024 * r).fill_(1.0) for _ in range(2)]
-    del xs, ys
+    big = torch.empty(10 * 1024 * 1024 + 7 * 1024 * r).fill_(1.0)
+    del xs, ys, big
     faults.append(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - f0)
 print(json.dumps({"applied": applied, "faults": faults, "tag": standard_tags()["allocator"]}))
 """
-PAGES_PER_ROUND = (6 * 8 + 2 * 12) * 1024 * 1024 // 4096
+PAGES_PER_ROUND = (6 * 8 + 2 * 12 + 40) * 1024 * 1024 // 4096
 
 
 def _rounds(env_extra: dict[str, str]) -> dict:

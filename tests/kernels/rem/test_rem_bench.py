@@ -42,8 +42,11 @@ def test_paired_steps_need_at_least_one_pair():
         bench._paired_steps(lambda: None, lambda: None, 0, torch.device("cpu"))
 
 
-def test_bench_rem_reports_error_speed_and_the_forward_bandwidth():
-    out = bench.bench_rem(64, heads=6, head_dim=8, batch=2, repeats=1, threads=1, memory=False)
+def test_bench_rem_reports_error_speed_and_the_forward_bandwidth(monkeypatch):
+    counts = iter([1000, 1030])  # minor faults before and after the timed calls
+    monkeypatch.setattr(bench, "_minor_faults", lambda: next(counts))
+    out = bench.bench_rem(64, heads=6, head_dim=8, batch=2, repeats=2, threads=1, memory=False)
+    assert out["minor_page_faults_fwd_bwd"] == 15  # per timed call, the warm-up left out
     assert out["default_impl"] == "chunked" and out["dense_skipped"] is None
     assert out["max_abs_err"] < 1e-4  # chunked vs dense, fp32
     assert out["speedup_fwd_bwd"] == pytest.approx(out["time_dense_fwd_bwd_s"] / out["time_default_fwd_bwd_s"])
