@@ -588,8 +588,8 @@ def bench_rem_cmd(
         return _print_json(result)
     rows = [result] if not sweep else [result["main"], *result["sweep"]["rows"]]
     cols = ["seq_len", "max_abs_err", "time_dense_fwd_bwd_s", "time_default_fwd_bwd_s", "speedup_fwd_bwd",
-            "minor_page_faults_fwd_bwd", "peak_mem_dense_bytes", "peak_mem_default_bytes", "peak_mem_ratio", "effective_bandwidth_fwd_gbps",
-            "bandwidth_vs_copy", "bandwidth_vs_hbm_peak"]
+            "minor_page_faults_fwd_bwd", "peak_mem_dense_bytes", "peak_mem_default_bytes", "peak_mem_ratio",
+            "effective_bandwidth_fwd_gbps", "bandwidth_vs_copy", "bandwidth_vs_hbm_peak"]
     fmt = lambda x: f"{x:.4g}" if isinstance(x, float) else ("-" if x is None else x)  # noqa: E731
     console.print(_table(f"REM operator, H={heads} D={head_dim} B={batch} ({rows[0]['device']}, "
                          f"{rows[0]['default_impl']})", cols, [[fmt(r.get(c)) for c in cols] for r in rows]))
