@@ -121,71 +121,6 @@ def test_a_tracking_uri_mlflow_cannot_serve_is_a_config_error_with_the_password_
 
 
 
-_KILLED_MID_RUN = """
-import json, os, signal, sys
-from recurbench.tracking import MlflowTracker
-tracker = MlflowTracker(sys.argv[1])
-with tracker.run("parent", experiment="recurbench-test", tags={"role": "parent"}) as parent:
-    with tracker.run(sys.argv[2], experiment="recurbench-test", parent=parent) as run:
-        run.log_metrics({"train_loss": 1.0}, step=1)
-        if sys.argv[2] == "killed":
-            os.kill(os.getpid(), signal.SIGKILL)  # no code runs after this: the runs stay RUNNING
-        print(json.dumps(sorted(tracker.lost_runs)), flush=True)
-        sys.stdin.readline()  # alive until the test closes stdin
-"""
-
-
-def test_runs_left_running_by_a_killed_process_are_marked_failed_by_the_next_tracker(tmp_path):
-    """SIGKILL (or the OOM killer) runs no handler; the next process tracking to that experiment
-    marks those runs FAILED, and leaves a live process's runs alone."""
-    import json
-    import signal
-    import subprocess
-    import sys
-
-    from mlflow.tracking import MlflowClient
-
-    from recurbench.reporting.runs import load_runs
-
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    killed = subprocess.run([sys.executable, "-c", _KILLED_MID_RUN, uri, "killed"], capture_output=True, text=True)
-    assert killed.returncode == -signal.SIGKILL, killed.stderr
-    client = MlflowClient(uri)
-    experiment_id = client.get_experiment_by_name("recurbench-test").experiment_id
-
-    def status() -> dict[str, str]:
-        return {r.info.run_name: r.info.status for r in client.search_runs([experiment_id])
-                if r.info.run_name != "parent"}
-
-    # Reading shows the lost run as LOST, with the reason, and writes nothing.
-    unfinished = load_runs("test", ("model",), tracking_uri=uri).unfinished
-    assert [(r.name, r.status) for r in unfinished] == [("killed", "LOST")]
-    assert unfinished[0].tags["error"].startswith(f"lost: its process (pid {unfinished[0].tags['pid']} on ")
-    assert status() == {"killed": "RUNNING"}
-
-    # The next process to track there marks the run and its parent FAILED, and says which.
-    alive = subprocess.Popen([sys.executable, "-c", _KILLED_MID_RUN, uri, "alive"], stdin=subprocess.PIPE,
-                             stdout=subprocess.PIPE, text=True)
-    try:
-        assert json.loads(alive.stdout.readline()) == ["killed", "parent"]
-        killed_run = next(r for r in client.search_runs([experiment_id]) if r.info.run_name == "killed")
-        assert killed_run.info.status == "FAILED"
-        assert killed_run.data.tags["error"].startswith("lost: its process (pid ")
-        # A live process's runs are left alone, by trackers and by readers.
-        tracker = MlflowTracker(uri)
-        with tracker.run("next", experiment="recurbench-test"):
-            pass
-        assert tracker.lost_runs == []
-        assert status() == {"killed": "FAILED", "alive": "RUNNING", "next": "FINISHED"}
-        assert [(r.name, r.status) for r in load_runs("test", ("model",), tracking_uri=uri).unfinished] == [
-            ("alive", "RUNNING"), ("killed", "FAILED")]
-    finally:
-        alive.stdin.close()
-        alive.wait(timeout=60)
-    assert alive.returncode == 0
-    assert status()["alive"] == "FINISHED"
-
-
 def test_stored_runs_refuses_a_status_mlflow_does_not_have(tmp_path):
     with pytest.raises(ValueError, match=r"^unknown run status 'DONE'; expected one of RUNNING, SCHEDULED, FINISHED"):
         MlflowTracker(f"sqlite:///{tmp_path / 'x.db'}").stored_runs("recurbench-ltsf", {}, "DONE")
@@ -193,93 +128,65 @@ def test_stored_runs_refuses_a_status_mlflow_does_not_have(tmp_path):
 
 
 @pytest.mark.parametrize("kind", ["memory", "mlflow"])
-def test_a_withdrawn_run_leaves_the_store_and_the_exception_goes_on(tmp_path, kind):
-    from recurbench.tracking import RunWithdrawn
-
+def test_end_stale_ends_only_the_running_runs_with_those_tags_and_parent(tmp_path, kind):
     tracker = MemoryTracker() if kind == "memory" else MlflowTracker(f"sqlite:///{tmp_path / 'mlflow.db'}")
-    with tracker.run("kept", experiment="recurbench-test", tags={"suite": "test"}) as kept:
-        kept.log_metrics({"score": 1.0})
-    with pytest.raises(RunWithdrawn, match=f"withdrawn in favour of run {kept.run_id}"):
-        with tracker.run("yielded", experiment="recurbench-test", tags={"suite": "test"}) as run:
-            run.log_params({"a": 1})
-            raise RunWithdrawn(kept.run_id)
-    for status in ("FINISHED", "RUNNING", "KILLED", "FAILED"):
-        names = [r.name for r in tracker.stored_runs("recurbench-test", {"suite": "test"}, status)]
-        assert names == (["kept"] if status == "FINISHED" else []), status
+    with tracker.run("parent", experiment="recurbench-test", tags={"role": "parent"}) as parent:
+        stale = tracker._start("recurbench-test", "stale", {"plan_key": "a"}, parent.run_id)
+        other_key = tracker._start("recurbench-test", "other", {"plan_key": "b"}, parent.run_id)
+        elsewhere = tracker._start("recurbench-test", "elsewhere", {"plan_key": "a"}, None)
+        with tracker.run("done", experiment="recurbench-test", tags={"plan_key": "a"}, parent=parent):
+            pass
+        ended = tracker.end_stale("recurbench-test", {"plan_key": "a"}, "its worker died", parent_id=parent.run_id)
+    assert ended == [stale.run_id]
+    failed = tracker.stored_runs("recurbench-test", {}, "FAILED")
+    assert [(r.run_id, r.tags["error"]) for r in failed] == [(stale.run_id, "its worker died")]
+    assert {r.run_id for r in tracker.stored_runs("recurbench-test", {}, "RUNNING")} == {other_key.run_id, elsewhere.run_id}
+    assert [r.name for r in tracker.stored_runs("recurbench-test", {}, "FINISHED")] == ["done"]
 
 
-def _open_store(kind, uri, barrier, out):
-    from recurbench.tracking import MlflowTracker
-    from recurbench.tuning.study import make_storage
+def _read_only_folder(tmp_path):
+    """A folder this process cannot create files in: a chmod-ed one, or for root (whom permission bits
+    do not stop) a read-only system folder; None where neither exists."""
+    import os
+    import tempfile
 
-    barrier.wait()
-    try:
-        MlflowTracker(uri).open() if kind == "mlflow" else make_storage(uri)
-        out.put("ok")
-    except Exception as exc:  # reported to the test
-        out.put(f"{type(exc).__name__}: {exc}"[:300])
-
-
-@pytest.mark.filterwarnings("ignore::optuna.exceptions.ExperimentalWarning")
-@pytest.mark.parametrize("kind", ["mlflow", "optuna"])
-def test_processes_opening_a_new_sqlite_store_at_once_all_succeed(tmp_path, kind):
-    """MLflow and Optuna create their tables when they first open a store; processes doing that at
-    once used to fail with "table ... already exists" (N shells starting `run --skip-finished`, or
-    `tune`, together)."""
-    import multiprocessing as mp
-
-    import optuna  # noqa: F401 - imported before the fork, as MLflow is by this module
-
-    ctx = mp.get_context("fork")
-    for attempt in range(3):
-        uri = f"sqlite:///{tmp_path / f'{kind}{attempt}.db'}"
-        barrier, out = ctx.Barrier(3), ctx.Queue()
-        procs = [ctx.Process(target=_open_store, args=(kind, uri, barrier, out)) for _ in range(3)]
-        for p in procs:
-            p.start()
-        said = [out.get(timeout=120) for _ in procs]
-        for p in procs:
-            p.join(timeout=30)
-        assert said == ["ok"] * 3, said
+    folder = tmp_path / "ro"
+    folder.mkdir()
+    os.chmod(folder, 0o555)
+    for candidate in (folder, "/sys/kernel"):
+        try:
+            fd, name = tempfile.mkstemp(dir=candidate)
+        except OSError:
+            return candidate
+        os.close(fd)
+        os.unlink(name)
+    return None
 
 
-def test_an_open_run_beats_until_it_ends(monkeypatch):
-    import threading
-    import time
+def test_store_failures_are_one_line_naming_the_store(tmp_path):
+    """An unreachable server, a corrupt database and a read-only folder each fail at once, naming the
+    store, before anything is written (MLflow itself retries for minutes or prints a traceback)."""
+    import socket
 
-    from recurbench import processes
+    from recurbench.errors import ConfigError
+    from recurbench.tracking import check_store
 
-    monkeypatch.setattr(processes, "HEARTBEAT_S", 0.05)
-    tracker = MemoryTracker()
-    with tracker.run("beating", experiment="e") as run:
-        first = int(run.tags["heartbeat"])  # written when the run opens
-        time.sleep(0.3)
-        assert int(run.tags["heartbeat"]) > first
-    last = run.tags["heartbeat"]
-    time.sleep(0.2)
-    assert run.tags["heartbeat"] == last and run.status == "FINISHED"
-    assert not [t for t in threading.enumerate() if t.name.startswith("heartbeat-")]
-
-
-def test_a_run_of_another_machine_whose_heartbeat_stopped_reads_as_lost(tmp_path):
-    import time
-
-    from recurbench.processes import HEARTBEAT_STALE_S, process_tags
-    from recurbench.reporting.runs import load_runs
-
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    tracker = MlflowTracker(uri)
-    now = int(time.time() * 1000)
-    elsewhere = {**process_tags(), "host": "another-machine", "suite": "test"}
-    for name, beat in (("silent", now - int(HEARTBEAT_STALE_S * 1000) - 1000), ("beating", now - 5000)):
-        tracker.client.create_run(tracker.experiment_id("recurbench-test"), run_name=name,
-                                  tags={**elsewhere, "heartbeat": str(beat)})
-    assert [r.name for r in tracker.stored_runs("recurbench-test", {"suite": "test"}, "RUNNING")] == ["beating"]
-    unfinished = {r.name: r for r in load_runs("test", ("model",), tracking_uri=uri).unfinished}
-    assert {k: r.status for k, r in unfinished.items()} == {"silent": "LOST", "beating": "RUNNING"}
-    assert unfinished["silent"].tags["error"].startswith("lost: no heartbeat from its process (pid ")
-    # Only read so: the store still has it RUNNING (its process may only be paused), even after a
-    # tracker on this machine opened the experiment.
-    MlflowTracker(uri).experiment_id("recurbench-test")
-    statuses = {r.info.run_name: r.info.status for r in tracker.client.search_runs([tracker.experiment_id("recurbench-test")])}
-    assert statuses == {"silent": "RUNNING", "beating": "RUNNING"}
+    with socket.socket() as sock:  # a port with nothing listening: bind it, never listen
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+        with pytest.raises(ConfigError, match=rf"^tracking store http://127.0.0.1:{port}: no MLflow server answers .*mlflow server"):
+            MlflowTracker(f"http://127.0.0.1:{port}").open()
+    corrupt = tmp_path / "corrupt.db"
+    corrupt.write_bytes(b"this is not a database" * 100)
+    for write in (True, False):
+        with pytest.raises(ConfigError, match=rf"^tracking store: {corrupt} is not a readable SQLite database"):
+            check_store(f"sqlite:///{corrupt}", write=write)
+    with pytest.raises(ConfigError, match=r"is not a readable SQLite database"):
+        MlflowTracker(f"sqlite:///{corrupt}").experiment_id("x")
+    folder = _read_only_folder(tmp_path)
+    if folder is None:
+        pytest.skip("no folder here refuses this process's writes")
+    with pytest.raises(ConfigError, match=rf"^tracking store: cannot write in the folder {folder} "):
+        MlflowTracker(f"sqlite:///{folder}/mlflow.db").open()
+    check_store(f"sqlite:///{tmp_path}/new/mlflow.db")  # a folder yet to be made under a writable one is fine
+    assert not (tmp_path / "new").exists()

@@ -8,13 +8,12 @@ Conventions (every suite, study and benchmark follows them):
   ``recurbench_version``, ``git_commit`` (when the code runs from a git checkout), ``device``;
 * a run whose body raises is ended ``FAILED`` with the error in the ``error`` tag (``KILLED`` on
   Ctrl-C), and the exception propagates: a crash never leaves a run silently RUNNING or lost;
-* every run is tagged with its process (``host``, ``pid``, ...: :mod:`recurbench.processes`). A
-  process killed outright (SIGKILL, out of memory) cannot close its runs, so the next process that
-  tracks to the same experiment on that machine marks such runs ``FAILED`` with an ``error`` tag
-  saying so (:func:`mark_lost_runs`), and comparisons show them as ``LOST`` until then;
-* while a run is open, a thread of its process rewrites its ``heartbeat`` tag every minute, so that
-  a run whose process cannot be checked from here (another machine, another container) and whose
-  heartbeat stopped reads as ``LOST`` too (never written: it may only be paused).
+* a process killed outright (SIGKILL, out of memory) cannot close its runs: they stay RUNNING until
+  the next invocation that would run the same configuration and seed ends them FAILED with the
+  reason (:meth:`Tracker.end_stale`; one driver per store at a time, so a RUNNING run found at start
+  belongs to nobody). Worker deaths under Ray are handled the same way by the task's next attempt
+  (:mod:`recurbench.engine`);
+* every run is tagged with the ``host`` that ran it (a cluster spreads runs over machines).
 
 Runs are read back as :class:`RunRecord` (latest metric values, params as logged text):
 :meth:`Tracker.stored_runs` for ``recurbench run --skip-finished``, and
@@ -22,6 +21,8 @@ Runs are read back as :class:`RunRecord` (latest metric values, params as logged
 
 The default store is embedded: ``sqlite:///results/mlflow.db`` with artifacts under
 ``results/mlartifacts``. ``--tracking-uri`` (or ``MLFLOW_TRACKING_URI``) selects any other store.
+:func:`check_store` probes a store before anything runs, so that an unreachable server, a corrupt
+database file or a read-only folder fails in seconds with one line naming the store.
 """
 
 from __future__ import annotations
@@ -30,11 +31,14 @@ import functools
 import json
 import os
 import re
+import socket
+import sqlite3
 import subprocess
 import tempfile
-import threading
 import time
 import traceback
+import urllib.error
+import urllib.request
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
@@ -45,13 +49,6 @@ from urllib.parse import unquote
 
 import recurbench
 from recurbench.errors import ConfigError
-from recurbench.processes import (
-    HEARTBEAT_TAG,
-    heartbeat_stale,
-    lost_reason,
-    process_gone,
-    process_tags,
-)
 from recurbench.runtime import allocator
 
 RESULTS_DIR = Path("results")
@@ -105,16 +102,6 @@ def standard_tags(**tags: Any) -> dict[str, str]:
 PARENT_TAG = "mlflow.parentRunId"
 RUN_STATUSES = ("RUNNING", "SCHEDULED", "FINISHED", "FAILED", "KILLED")
 """MLflow's run statuses (a status filter is built from one of them)."""
-
-
-class RunWithdrawn(Exception):  # noqa: N818 - not an error: the run yields to another
-    """Raised inside ``with tracker.run(...)`` to take the run back: it is deleted from the store
-    instead of being ended (it holds no result), and the exception propagates. ``holder``: the run
-    it yielded to (a claim lost to another process)."""
-
-    def __init__(self, holder: str) -> None:
-        super().__init__(f"withdrawn in favour of run {holder}")
-        self.holder = holder
 
 
 @dataclass(frozen=True)
@@ -177,7 +164,8 @@ class RunHandle(ABC):
 
 
 class Tracker(ABC):
-    """Opens runs. ``with tracker.run(...) as run:`` ends the run FINISHED, or FAILED if it raises."""
+    """Opens runs. ``with tracker.run(...) as run:`` ends the run FINISHED, or FAILED if it raises
+    (KILLED on Ctrl-C or SIGTERM)."""
 
     @abstractmethod
     def _start(self, experiment: str, name: str, tags: dict[str, str], parent_id: str | None) -> RunHandle: ...
@@ -185,23 +173,23 @@ class Tracker(ABC):
     @abstractmethod
     def _end(self, run: RunHandle, status: str) -> None: ...
 
-    @abstractmethod
-    def _discard(self, run: RunHandle) -> None:
-        """Remove a run that holds no result (:class:`RunWithdrawn`) from the store."""
-
     def open(self) -> None:  # noqa: B027 - a no-op unless the tracker has a store to open
         """Open the store now (a bad URI fails here), e.g. before a command writes elsewhere."""
 
-    @property
-    def lost_runs(self) -> list[str]:
-        """Names of earlier runs this tracker marked FAILED because their process was gone."""
-        return []
-
     def stored_runs(self, experiment: str, tags: Mapping[str, str], status: str = "FINISHED") -> list[RunRecord]:
         """The runs of ``experiment`` in ``status`` (parent runs aside) carrying every tag in ``tags``,
-        newest first; [] when the experiment does not exist yet. ``RUNNING`` leaves out the runs whose
-        process is surely gone (they read as ``LOST``: :func:`run_record`)."""
+        newest first; [] when the experiment does not exist yet."""
         return []
+
+    @abstractmethod
+    def end_stale(
+        self, experiment: str, tags: Mapping[str, str], reason: str, *, status: str = "FAILED",
+        parent_id: str | None = None,
+    ) -> list[str]:
+        """End ``status`` every RUNNING run of ``experiment`` that carries every tag in ``tags`` (and,
+        with ``parent_id``, is nested under that run), with ``reason`` as its ``error`` tag; their ids.
+        For runs whose process died without closing them: one driver per store at a time, so a
+        RUNNING run of a configuration this driver is about to run belongs to nobody."""
 
     @contextmanager
     def run(
@@ -214,18 +202,10 @@ class Tracker(ABC):
     ) -> Iterator[RunHandle]:
         """``parent``: the parent run, or its id (e.g. a study's parent run seen from a worker process)."""
         parent_id = parent if isinstance(parent, str) or parent is None else parent.run_id
-        tags = {**process_tags(), HEARTBEAT_TAG: str(_now_ms()), **{k: str(v) for k, v in (tags or {}).items()}}
+        tags = {HOST_TAG: socket.gethostname(), **{k: str(v) for k, v in (tags or {}).items()}}
         handle = self._start(experiment, name, tags, parent_id)
-        heartbeat = _Heartbeat(handle)
-        heartbeat.start()
         try:
-            try:
-                yield handle
-            finally:
-                heartbeat.stop()
-        except RunWithdrawn:
-            self._discard(handle)
-            raise
+            yield handle
         except KeyboardInterrupt as exc:
             handle.set_tags({"error": f"KeyboardInterrupt: {exc}" if str(exc) else "KeyboardInterrupt"})
             self._end(handle, "KILLED")
@@ -239,31 +219,7 @@ class Tracker(ABC):
             self._end(handle, "FINISHED")
 
 
-def _now_ms() -> int:
-    return int(time.time() * 1000)
-
-
-class _Heartbeat(threading.Thread):
-    """Rewrites a run's ``heartbeat`` tag every :data:`recurbench.processes.HEARTBEAT_S` seconds
-    until stopped; a write that fails (a store busy for a moment) waits for the next beat."""
-
-    def __init__(self, handle: RunHandle) -> None:
-        super().__init__(name=f"heartbeat-{handle.run_id}", daemon=True)
-        self.handle = handle
-        self._stopped = threading.Event()
-
-    def run(self) -> None:
-        from recurbench import processes
-
-        while not self._stopped.wait(processes.HEARTBEAT_S):
-            try:
-                self.handle.set_tags({HEARTBEAT_TAG: str(_now_ms())})
-            except Exception:  # noqa: BLE001, S110 - the next beat tries again
-                pass
-
-    def stop(self) -> None:
-        self._stopped.set()
-        self.join()
+HOST_TAG = "host"
 
 
 # ----------------------------------------------------------------------------------------------
@@ -307,7 +263,6 @@ class MemoryTracker(Tracker):
 
     def __init__(self) -> None:
         self.runs: list[RecordedRun] = []
-        self.discarded: list[RecordedRun] = []
         self._started = 0
 
     def _start(self, experiment: str, name: str, tags: dict[str, str], parent_id: str | None) -> RunHandle:
@@ -320,10 +275,18 @@ class MemoryTracker(Tracker):
         assert isinstance(run, RecordedRun)
         run.status = status
 
-    def _discard(self, run: RunHandle) -> None:
-        assert isinstance(run, RecordedRun)
-        self.runs.remove(run)
-        self.discarded.append(run)
+    def end_stale(
+        self, experiment: str, tags: Mapping[str, str], reason: str, *, status: str = "FAILED",
+        parent_id: str | None = None,
+    ) -> list[str]:
+        ended = []
+        for r in self.runs:
+            if (r.experiment == experiment and r.status == "RUNNING" and _is_nested_with(r.tags, tags)
+                    and (parent_id is None or r.parent_id == parent_id)):
+                r.tags["error"] = reason
+                r.status = status
+                ended.append(r.run_id)
+        return ended
 
     def children(self, parent: RunHandle) -> list[RecordedRun]:
         return [r for r in self.runs if r.parent_id == parent.run_id]
@@ -354,36 +317,84 @@ def sqlite_file(uri: str) -> Path | None:
     return Path(unquote(uri.removeprefix("sqlite:///").split("?", 1)[0]))
 
 
-@contextmanager
-def sqlite_store_lock(uri: str) -> Iterator[None]:
-    """Hold an exclusive lock on the folder of an sqlite store's file (a no-op for other stores, or
-    where ``fcntl`` is missing) while opening it. MLflow and Optuna create or upgrade their tables when
-    they open a store, and two processes doing that at once fail ("table ... already exists")."""
+def _writable_folder(folder: Path, what: str) -> None:
+    """Refuse a folder this process cannot create files in (the nearest existing ancestor, where the
+    folder does not exist yet: nothing is created here). Tried by creating a file, since permission
+    bits do not tell for root or a read-only mount."""
+    probe = folder
+    while not probe.exists() and probe != probe.parent:
+        probe = probe.parent
+    if not probe.is_dir():
+        raise ConfigError(f"{what}: {probe} is not a folder")
     try:
-        import fcntl
-    except ImportError:  # Windows
-        fcntl = None  # type: ignore[assignment]
-    db = sqlite_file(uri)
-    if fcntl is None or db is None or not db.parent.is_dir():
-        yield
-        return
-    fd = os.open(db.parent, os.O_RDONLY)
+        fd, name = tempfile.mkstemp(dir=probe, prefix=".recurbench-probe-")
+    except OSError as exc:
+        raise ConfigError(f"{what}: cannot write in the folder {probe} ({exc.strerror or exc})") from None
+    os.close(fd)
+    os.unlink(name)
+
+
+def check_sqlite_file(path: Path, what: str, *, write: bool = True) -> None:
+    """Refuse an SQLite store that cannot serve: an existing file that is not an SQLite database (or
+    not readable), and, with ``write``, a file or folder this process cannot write. One line naming
+    the file, in milliseconds, where MLflow and Optuna would retry for minutes or print a traceback."""
+    if path.exists():
+        if not path.is_file():
+            raise ConfigError(f"{what}: {path} is not a file")
+        try:
+            with sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=10) as db:
+                db.execute("PRAGMA schema_version").fetchone()
+        except sqlite3.Error as exc:
+            raise ConfigError(f"{what}: {path} is not a readable SQLite database ({exc})") from None
+        finally:
+            db.close()
+        if write:
+            try:
+                with open(path, "r+b"):
+                    pass
+            except OSError as exc:
+                raise ConfigError(f"{what}: cannot write {path} ({exc.strerror or exc})") from None
+    if write:
+        _writable_folder(path.parent, what)  # sqlite writes its journal beside the file
+
+
+def _check_server(uri: str, what: str, timeout: float = 5.0) -> None:
+    """Refuse an HTTP tracking server that does not answer (MLflow's client would retry for minutes)."""
+    shown = redact_uri(uri)
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        yield
-    finally:
-        os.close(fd)  # releases the lock
+        with urllib.request.urlopen(f"{uri.rstrip('/')}/health", timeout=timeout):
+            pass
+    except urllib.error.HTTPError:
+        return  # something answers (a proxy, an authenticating server): MLflow's own errors say more
+    except (urllib.error.URLError, OSError) as exc:
+        reason = getattr(exc, "reason", exc)
+        raise ConfigError(
+            f"{what} {shown}: no MLflow server answers ({reason}); start one with `mlflow server --host "
+            f"127.0.0.1 --port 5000` and pass --tracking-uri http://127.0.0.1:5000"
+        ) from None
+
+
+def check_store(uri: str, *, write: bool = True) -> None:
+    """Probe the tracking store at ``uri`` before anything runs (see the module docstring): a
+    :class:`ConfigError` of one line naming the store, else nothing. Nothing is created."""
+    what = "tracking store"
+    if (db := sqlite_file(uri)) is not None:
+        check_sqlite_file(db, what, write=write)
+    elif uri.startswith(("http://", "https://")):
+        _check_server(uri, what)
+    elif write and (uri.startswith("file:") or "://" not in uri):
+        folder = Path(unquote(uri.removeprefix("file://").removeprefix("file:")))
+        _writable_folder(folder, what)
 
 
 def mlflow_client(uri: str) -> Any:
-    """``MlflowClient(uri)``, opened under :func:`sqlite_store_lock`; a URI MLflow cannot serve (an unknown
-    scheme, a missing driver) is a :class:`ConfigError` naming it instead of MLflow's traceback."""
+    """``MlflowClient(uri)``; a URI MLflow cannot serve (an unknown scheme, a missing driver) is a
+    :class:`ConfigError` naming it instead of MLflow's traceback."""
     from mlflow.exceptions import MlflowException
     from mlflow.tracking import MlflowClient
 
     try:
-        with sqlite_store_lock(uri):
-            return MlflowClient(tracking_uri=uri)
+        return MlflowClient(tracking_uri=uri)
     except (MlflowException, ImportError) as exc:
         shown = redact_uri(uri)
         raise ConfigError(f"tracking URI {shown!r}: {str(exc).strip().replace(uri, shown)}") from None
@@ -434,21 +445,22 @@ def param_value(value: Any) -> str:
 
 
 class MlflowTracker(Tracker):
-    """Tracks to MLflow. The store is opened (and, for the default embedded one, ``results/`` created)
-    on first use, so a command that fails validation before its first run writes nothing."""
+    """Tracks to MLflow. The store is probed (:func:`check_store`) and opened (and, for the default
+    embedded one, ``results/`` created) on first use, so a command that fails validation before its
+    first run writes nothing. Picklable: a copy opens its own client (a Ray task's, say)."""
 
-    def __init__(self, tracking_uri: str | None = None) -> None:
+    def __init__(self, tracking_uri: str | None = None, *, write: bool = True) -> None:
         self.tracking_uri = resolve_tracking_uri(tracking_uri)
+        self.write = write
         self._experiments: dict[str, str] = {}
-        self._lost: list[str] = []
 
-    @property
-    def lost_runs(self) -> list[str]:
-        return list(self._lost)
+    def __getstate__(self) -> dict[str, Any]:
+        return {"tracking_uri": self.tracking_uri, "write": self.write, "_experiments": dict(self._experiments)}
 
     @functools.cached_property
     def client(self) -> Any:
-        if self.tracking_uri == DEFAULT_TRACKING_URI:
+        check_store(self.tracking_uri, write=self.write)
+        if self.write and self.tracking_uri == DEFAULT_TRACKING_URI:
             RESULTS_DIR.mkdir(parents=True, exist_ok=True)
         return mlflow_client(self.tracking_uri)
 
@@ -465,16 +477,7 @@ class MlflowTracker(Tracker):
                 if (db := sqlite_file(self.tracking_uri)) is not None:
                     # Artifacts beside the database (MLflow would otherwise use ./mlruns of the cwd).
                     location = (db.parent / "mlartifacts" / experiment).resolve().as_uri()
-                try:
-                    self._experiments[experiment] = self.client.create_experiment(
-                        experiment, artifact_location=location
-                    )
-                except Exception:  # another worker created it first
-                    found = self.client.get_experiment_by_name(experiment)
-                    if found is None:
-                        raise
-                    self._experiments[experiment] = found.experiment_id
-            self._lost += mark_lost_runs(self.client, self._experiments[experiment])
+                self._experiments[experiment] = self.client.create_experiment(experiment, artifact_location=location)
         return self._experiments[experiment]
 
     def _start(self, experiment: str, name: str, tags: dict[str, str], parent_id: str | None) -> RunHandle:
@@ -488,10 +491,6 @@ class MlflowTracker(Tracker):
     def _end(self, run: RunHandle, status: str) -> None:
         self.client.set_terminated(run.run_id, status=status)
 
-    def _discard(self, run: RunHandle) -> None:
-        self.client.set_terminated(run.run_id, status="KILLED")
-        self.client.delete_run(run.run_id)  # MLflow keeps it, deleted, until `mlflow gc`
-
     def stored_runs(self, experiment: str, tags: Mapping[str, str], status: str = "FINISHED") -> list[RunRecord]:
         if status not in RUN_STATUSES:
             raise ValueError(f"unknown run status {status!r}; expected one of {', '.join(RUN_STATUSES)}")
@@ -504,26 +503,33 @@ class MlflowTracker(Tracker):
         runs = search_all_runs(self.client, found.experiment_id, f"attributes.status = '{status}'")
         return [r for r in map(run_record, runs) if r.status == status and _is_nested_with(r.tags, tags)]
 
+    def end_stale(
+        self, experiment: str, tags: Mapping[str, str], reason: str, *, status: str = "FAILED",
+        parent_id: str | None = None,
+    ) -> list[str]:
+        from mlflow.entities import RunTag
+
+        ended = []
+        for run in self.stored_runs(experiment, tags, "RUNNING"):
+            if parent_id is None or run.parent_id == parent_id:
+                self.client.log_batch(run.run_id, tags=[RunTag("error", reason)])
+                self.client.set_terminated(run.run_id, status=status)
+                ended.append(run.run_id)
+        return ended
+
 
 def _is_nested_with(run_tags: Mapping[str, str], tags: Mapping[str, str]) -> bool:
     return run_tags.get("role") != "parent" and all(run_tags.get(k) == v for k, v in tags.items())
 
 
 def run_record(run: Any) -> RunRecord:
-    """An MLflow run as a :class:`RunRecord`; a RUNNING run whose process is surely gone, or whose
-    heartbeat stopped (:func:`recurbench.processes.heartbeat_stale`), reads as ``LOST``, with the
-    reason in its ``error`` tag (the store is not changed)."""
-    status, tags = run.info.status, dict(run.data.tags)
-    if status == "RUNNING" and process_gone(tags, run.info.start_time):
-        status, tags["error"] = "LOST", lost_reason(tags)
-    elif status == "RUNNING" and heartbeat_stale(tags, now := _now_ms()):
-        status, tags["error"] = "LOST", lost_reason(tags, now)
+    """An MLflow run as a :class:`RunRecord`."""
     return RunRecord(
         run_id=run.info.run_id,
         name=run.info.run_name or run.data.tags.get("mlflow.runName", run.info.run_id),
-        status=status,
+        status=run.info.status,
         start_time=int(run.info.start_time or 0),
-        tags=tags,
+        tags=dict(run.data.tags),
         params=dict(run.data.params),
         metrics=dict(run.data.metrics),
         parent_id=run.data.tags.get(PARENT_TAG),
@@ -543,21 +549,7 @@ def search_all_runs(client: Any, experiment_id: str, filter_string: str = "") ->
             return runs
 
 
-def mark_lost_runs(client: Any, experiment_id: str) -> list[str]:
-    """Mark FAILED every RUNNING run of the experiment whose process is surely gone
-    (:func:`recurbench.processes.process_gone`), with the reason in its ``error`` tag; their names."""
-    from mlflow.entities import RunTag
-
-    lost: list[str] = []
-    for run in search_all_runs(client, experiment_id, "attributes.status = 'RUNNING'"):
-        tags = run.data.tags
-        if process_gone(tags, run.info.start_time):
-            client.log_batch(run.info.run_id, tags=[RunTag("error", lost_reason(tags))])
-            client.set_terminated(run.info.run_id, status="FAILED")
-            lost.append(run.info.run_name or run.info.run_id)
-    return lost
-
-
-def make_tracker(tracking_uri: str | None = None, *, enabled: bool = True) -> Tracker:
-    """The tracker the CLI uses: MLflow at ``tracking_uri`` (or the default), or memory if disabled."""
-    return MlflowTracker(tracking_uri) if enabled else MemoryTracker()
+def make_tracker(tracking_uri: str | None = None, *, enabled: bool = True, write: bool = True) -> Tracker:
+    """The tracker the CLI uses: MLflow at ``tracking_uri`` (or the default), or memory if disabled.
+    ``write=False``: a reader (``compare``, ``report``, a dry run), probed as such."""
+    return MlflowTracker(tracking_uri, write=write) if enabled else MemoryTracker()

@@ -286,13 +286,6 @@ def test_a_dry_run_plans_reads_the_store_and_writes_nothing(toy):
     assert [(o.plan.name, o.status, o.reused) for o in dry.outcomes] == [
         ("good-s0", "FINISHED", True), ("good-s1", "PLANNED", False)]
     assert dry.failed == [] and dry.parent_run_id is None and tracker.runs == before
-    # A run of seed 1 in progress elsewhere (a live process) is reported as such, not reused.
-    from recurbench.tracking import standard_tags
-
-    live = tracker._start("recurbench-toy", "good-s1", standard_tags(suite="toy", profile="base", seed=1, model="good"), None)
-    live.log_params({"scale": 1.0, "seed": 1})
-    dry = run_suite("toy", "base", tracker, config_path=toy, skip_finished=True, dry_run=True)
-    assert [(o.status, o.run_id, o.reused) for o in dry.outcomes][1] == ("RUNNING", live.run_id, False)
     assert [o.status for o in run_suite("toy", "base", tracker, config_path=toy, dry_run=True).outcomes] == [
         "PLANNED", "PLANNED"]  # without --skip-finished the store is not read
     # Validation still happens: a bad selection is refused as it would be by a real run.
@@ -300,142 +293,60 @@ def test_a_dry_run_plans_reads_the_store_and_writes_nothing(toy):
         run_suite("toy", "base", tracker, config_path=toy, selection={"models": ["bad"]}, dry_run=True)
 
 
-def test_shards_split_the_plans_without_overlap_and_resume_on_their_own(toy):
-    from recurbench.suites.runner import parse_shard
-
-    names = {}
-    for k in (1, 2):
-        result = run_suite("toy", "base", MemoryTracker(), config_path=toy, selection={"seeds": 5}, shard=(k, 2))
-        names[k] = [o.plan.name for o in result.outcomes]
-    assert names == {1: ["good-s0", "good-s2", "good-s4"], 2: ["good-s1", "good-s3"]}
-    # With --skip-finished a shard resumes its own share: after shard 1 has run, shard 2 still has all of its.
-    tracker = MemoryTracker()
-    run_suite("toy", "base", tracker, config_path=toy, selection={"seeds": 5}, shard=(1, 2))
-    second = run_suite("toy", "base", tracker, config_path=toy, selection={"seeds": 5}, shard=(2, 2), skip_finished=True)
-    assert [(o.plan.name, o.reused) for o in second.outcomes] == [("good-s1", False), ("good-s3", False)]
-    assert tracker.runs[-3].params["shard"] == "2/2"
-    whole = run_suite("toy", "base", tracker, config_path=toy, selection={"seeds": 5}, skip_finished=True)
-    assert whole.parent_run_id is None and all(o.reused for o in whole.outcomes)
-    with pytest.raises(ConfigError, match=r"^--shard 3/3: this shard has no run; the selection has 2$"):
-        run_suite("toy", "base", MemoryTracker(), config_path=toy, shard=(3, 3))
-    assert parse_shard("2/8") == (2, 8)
-    for bad in ("0/2", "3/2", "2", "a/b", "1/0", "-1/2"):
-        with pytest.raises(ConfigError, match=rf"^--shard: expected K/N with 1 <= K <= N .*, got '{bad}'$"):
-            parse_shard(bad)
-
-
-def _rival(tracker, seed, *, status="RUNNING", start_time=None, key=None):
-    """A run of good-s<seed> (base profile) opened by "another process" (this one, so it reads as live)."""
-    from recurbench.processes import process_tags
+def test_a_run_left_running_by_a_killed_driver_is_ended_failed_then_run_again(toy):
+    """One driver per store: a RUNNING run of a configuration and seed about to run belongs to nobody
+    (its driver was killed outright). It is ended FAILED with the reason; other RUNNING runs stay."""
     from recurbench.tracking import standard_tags
 
-    tags = standard_tags(suite="toy", profile="base", seed=seed, model="good")
-    if key is not None:
-        tags[runner.CLAIM_TAG] = key
-    run = tracker._start("recurbench-toy", f"good-s{seed}", {**process_tags(), **tags}, None)
-    run.log_params({"scale": 1.0, "seed": seed})
-    if start_time is not None:
-        run.start_time = start_time
-    if status == "FINISHED":
-        run.log_metrics({"score": 0.25, "wall_time_s": 3.0})
-    run.status = status
-    return run
-
-
-def test_skip_finished_leaves_to_another_process_what_it_finished_or_runs_since_planning(toy, monkeypatch):
     tracker = MemoryTracker()
-    rivals = {}
-
-    def execute(self, plan, run, progress, *, data_dir, device):
-        if plan.seed == 0:  # while seed 0 trains, another invocation finishes seed 1 and starts seed 2
-            rivals[1] = _rival(tracker, 1, status="FINISHED")
-            rivals[2] = _rival(tracker, 2)
-        run.log_metrics({"score": 0.5})
-        return {"score": 0.5}
-
-    monkeypatch.setattr(ToySuite, "execute", execute)
-    monkeypatch.setattr(runner, "CLAIM_SETTLE_S", 0.0)
-    said = []
-    result = run_suite("toy", "base", tracker, config_path=toy, selection={"seeds": 4}, skip_finished=True,
-                       progress_factory=lambda plan: lambda done, total, text="": said.append((plan.name, text)))
-    assert [(o.plan.name, o.status, o.reused, o.run_id) for o in result.outcomes] == [
-        ("good-s0", "FINISHED", False, result.outcomes[0].run_id),
-        ("good-s1", "FINISHED", True, rivals[1].run_id),
-        ("good-s2", "RUNNING", False, rivals[2].run_id),
-        ("good-s3", "FINISHED", False, result.outcomes[3].run_id)]
-    assert result.outcomes[1].metrics == {"score": 0.25} and result.elsewhere == [result.outcomes[2]]
-    assert ("good-s2", f"running in another process as run {rivals[2].run_id}: left to it") in said
-    parent = next(r for r in tracker.runs if r.run_id == result.parent_run_id)
-    assert [parent.last(k) for k in ("runs_finished", "runs_skipped", "runs_left_to_others")] == [2, 1, 1]
-    # This invocation's own runs carry the plan's key; without --skip-finished nothing is left to others.
-    plans = {o.plan.name: o.plan for o in result.outcomes}
-    assert {r.name: r.tags[runner.CLAIM_TAG] for r in tracker.children(parent)} == {
-        name: runner.plan_key("toy", "base", plans[name]) for name in ("good-s0", "good-s3")}
-    again = run_suite("toy", "base", tracker, config_path=toy, selection={"seeds": 4})
-    assert [o.status for o in again.outcomes] == ["FINISHED"] * 4 and again.elsewhere == []
-
-
-def test_two_invocations_opening_one_run_at_once_keep_the_earliest_started(toy, monkeypatch):
-    tracker = MemoryTracker()
-    plan = RunPlan("good-s0", 0, {"model": "good"}, {"scale": 1.0}, payload="good")
+    first = run_suite("toy", "base", tracker, config_path=toy, selection={"seeds": 1})
+    plan = first.outcomes[0].plan
+    orphan_parent = tracker._start("recurbench-toy", "toy-base", {"role": "parent"}, None)
     key = runner.plan_key("toy", "base", plan)
-    assert key != runner.plan_key("toy", "base", RunPlan("good-s0", 0, {"model": "good"}, {"scale": 2.0}))
-    rival = {}
-
-    def settle(seconds):  # while this invocation settles, the rival's run reaches the store
-        rival["run"] = _rival(tracker, 0, start_time=rival_start, key=key)
-
-    monkeypatch.setattr(runner.time, "sleep", settle)
-    # The rival started earlier (its record arrived late): this invocation withdraws its own run.
-    rival_start = -1
-    result = run_suite("toy", "base", tracker, config_path=toy, selection={"seeds": 1}, skip_finished=True)
-    (outcome,) = result.outcomes
-    assert (outcome.status, outcome.run_id) == ("RUNNING", rival["run"].run_id) and result.failed == []
-    assert [r.name for r in tracker.discarded] == ["good-s0"] and tracker.discarded[0].tags[runner.CLAIM_TAG] == key
-    assert [r.run_id for r in tracker.runs if r.name == "good-s0"] == [rival["run"].run_id]
-    # The rival started later: this invocation keeps its run and trains.
-    tracker = MemoryTracker()
-    rival_start = 10**9
-    result = run_suite("toy", "base", tracker, config_path=toy, selection={"seeds": 1}, skip_finished=True)
-    assert [o.status for o in result.outcomes] == ["FINISHED"] and tracker.discarded == []
+    stale = tracker._start("recurbench-toy", "good-s0", standard_tags(suite="toy", profile="base", seed=0, model="good",
+                                                                      plan_key=key), orphan_parent.run_id)
+    other = tracker._start("recurbench-toy", "good-s0", standard_tags(suite="toy", profile="both", seed=0, model="good",
+                                                                      plan_key="another"), orphan_parent.run_id)
+    result = run_suite("toy", "base", tracker, config_path=toy, selection={"seeds": 1})
+    assert result.stale == [stale.run_id]
+    assert stale.status == "FAILED" and "left RUNNING by an invocation that ended without closing it" in stale.tags["error"]
+    assert other.status == "RUNNING"
+    assert [o.status for o in result.outcomes] == ["FINISHED"]
+    assert sum(r.status == "FINISHED" and r.tags.get("plan_key") == key for r in tracker.runs) == 2
+    # With --skip-finished nothing is left to run, and nothing is ended.
+    again = run_suite("toy", "base", tracker, config_path=toy, selection={"seeds": 1}, skip_finished=True)
+    assert again.parent_run_id is None and again.stale == []
 
 
-def _share(toy, uri, seeds, out):
+def test_the_serial_engine_refuses_the_ray_options():
+    from recurbench.engine import EngineSpec
+
+    with pytest.raises(ConfigError, match=r"^--workers, --address need --engine ray"):
+        EngineSpec("serial", workers=2, address="ray://x:10001")
+    with pytest.raises(ConfigError, match=r"^--engine must be one of serial, ray, got 'dask'"):
+        EngineSpec("dask")
+    with pytest.raises(ConfigError, match=r"^--cpus-per-run must be positive, got 0"):
+        EngineSpec("ray", cpus_per_run=0)
+
+
+def test_engine_ray_without_ray_installed_is_one_line_saying_how_to_install(toy, monkeypatch, tmp_path):
+    import sys
+
+    from recurbench.engine import EngineSpec
     from recurbench.tracking import MlflowTracker
 
-    runner.SUITES["toy"] = SlowToySuite
-    result = run_suite("toy", "base", MlflowTracker(uri), config_path=toy, selection={"seeds": seeds}, skip_finished=True)
-    out.put([(o.plan.name, o.status, o.reused) for o in result.outcomes])
+    monkeypatch.setitem(sys.modules, "ray", None)  # `import ray` now raises ImportError
+    with pytest.raises(ConfigError, match=r"^--engine ray needs Ray, which is not installed here: pip install 'recurbench\[ray\]'$"):
+        run_suite("toy", "base", MlflowTracker(f"sqlite:///{tmp_path}/m.db"), config_path=toy, engine=EngineSpec("ray"))
+    assert not (tmp_path / "m.db").exists()
 
 
-class SlowToySuite(ToySuite):
-    def execute(self, plan, run, progress, *, data_dir, device):
-        import time
+def test_a_cluster_address_refuses_a_store_on_this_machines_disk():
+    from recurbench.engine import EngineSpec, check_cluster_store
 
-        time.sleep(0.4)
-        return super().execute(plan, run, progress, data_dir=data_dir, device=device)
-
-
-def test_two_processes_given_one_selection_run_each_plan_once(toy, tmp_path, monkeypatch):
-    """The real thing: two processes, one sqlite store, the same command with --skip-finished."""
-    import multiprocessing as mp
-
-    from recurbench.tracking import MlflowTracker
-
-    monkeypatch.setattr(runner, "CLAIM_SETTLE_S", 0.3)
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    MlflowTracker(uri).experiment_id("recurbench-toy")  # the store exists before both start
-    ctx = mp.get_context("fork")
-    out = ctx.Queue()
-    procs = [ctx.Process(target=_share, args=(toy, uri, 8, out)) for _ in range(2)]
-    for p in procs:
-        p.start()
-    said = [out.get(timeout=120) for _ in procs]
-    for p in procs:
-        p.join(timeout=30)
-        assert p.exitcode == 0
-    finished = MlflowTracker(uri).stored_runs("recurbench-toy", {"suite": "toy"}, "FINISHED")
-    assert sorted(r.name for r in finished) == [f"good-s{s}" for s in range(8)]  # each once
-    trained = [{name for name, status, reused in outcomes if status == "FINISHED" and not reused} for outcomes in said]
-    assert trained[0].isdisjoint(trained[1]) and trained[0] | trained[1] == {f"good-s{s}" for s in range(8)}
-    assert all(trained), trained  # both did some of the work
+    cluster = EngineSpec("ray", address="ray://head:10001")
+    for uri in ("sqlite:///results/mlflow.db", "file:///tmp/mlruns", "mlruns", "journal:/tmp/optuna.log"):
+        with pytest.raises(ConfigError, match=r"cannot share: start a tracking server \(`mlflow server"):
+            check_cluster_store(cluster, uri)
+    check_cluster_store(cluster, "http://head:5000")
+    check_cluster_store(EngineSpec("ray"), "sqlite:///results/mlflow.db")  # a local instance shares this disk

@@ -27,9 +27,9 @@ Two choices decide which runs a comparison sees, and both are made here, once:
 Runs that did not finish (FAILED, KILLED, still RUNNING) never enter an aggregate; they are returned
 separately so that a table can list them, each ended one with the finished run that now stands for
 its configuration and seed at the same settings, if any (``SuiteRuns.finished_as``: a seed that was
-run again to the end). A RUNNING run whose process is surely gone (killed outright:
-:mod:`recurbench.processes`) is listed as ``LOST``; reading never changes the store (the next ``run``
-or ``tune`` on that machine marks it FAILED).
+run again to the end). A run left RUNNING by a driver killed outright stays RUNNING until the next
+``run`` of its configuration and seed ends it FAILED (:func:`recurbench.suites.runner.end_stale_runs`);
+reading never changes the store.
 """
 
 from __future__ import annotations
@@ -47,6 +47,7 @@ import pandas as pd
 from recurbench.errors import ConfigError, RecurbenchError
 from recurbench.tracking import (
     RunRecord,
+    check_store,
     experiment_name,
     mlflow_client,
     resolve_tracking_uri,
@@ -70,9 +71,9 @@ class SuiteRuns:
     """The profile kept (``None`` when runs carry no profile tag or all profiles were kept)."""
     finished: list[RunRecord]
     unfinished: list[RunRecord]
-    """Nested runs that are FAILED, KILLED, LOST or still RUNNING, newest first."""
+    """Nested runs that are FAILED, KILLED or still RUNNING, newest first."""
     finished_as: dict[str, str] = field(default_factory=dict)
-    """Ended unfinished run (FAILED, KILLED, LOST) id -> the finished run that counts for its
+    """Ended unfinished run (FAILED, KILLED) id -> the finished run that counts for its
     configuration and seed, at the same settings (the seed was run again to the end, by a later run or
     an earlier one)."""
     superseded: int = 0
@@ -119,6 +120,7 @@ def open_client(tracking_uri: str | None) -> tuple[Any, str]:
                 f"no MLflow store at {path} (tracking URI {uri}); run a suite first "
                 "(`recurbench run SUITE`) or point --tracking-uri / MLFLOW_TRACKING_URI at your store"
             )
+    check_store(uri, write=False)
     return mlflow_client(uri), uri
 
 

@@ -6,23 +6,18 @@ is common: loading and validating the YAML, seeding, tracking, progress bars, fa
 the final summary. A configuration that raises is ended FAILED (with the error as a tag); the
 others still run, and the invocation reports the failures at the end.
 
-``shard=(k, n)`` (``recurbench run --shard k/n``) keeps every n-th plan, starting with the k-th, so
-that n invocations (on as many cores, GPUs or machines) share one selection without overlap; all n see
-the same plans, in the same order, because planning depends on the selection alone.
+Runs execute through an engine (:mod:`recurbench.engine`): in this process one at a time, or as Ray
+tasks, one per configuration x seed. The parent run is the driver's; each run's nested run is opened
+by whoever executes it (:func:`execute_plan`).
 
 ``skip_finished`` (``recurbench run --skip-finished``) resumes an interrupted or extended invocation:
 a configuration x seed that already has a FINISHED run in the store, with the same suite, profile and
 settings (every logged param, execution params such as the thread count aside, a param an older
 version did not log read at its default), is not run again; that run's results enter the summary.
-It also lets several invocations of one selection share the work without ``--shard``: just before a
-run starts, the store is read again, and a run that another invocation has finished since, or is
-running now in a live process, is left to it. Two invocations reaching the same run at once both
-open it (each run is tagged with its ``plan_key``, a digest of suite, profile, configuration, seed
-and settings), wait :data:`CLAIM_SETTLE_S` seconds, and every one but the earliest-started live run
-of that key withdraws its own (deleted from the store) and moves on. The settle time covers the gap
-between a run's start time, read from its host's clock, and its record reaching the store; hosts
-sharing a store need clocks agreeing within it. A run left to another process that then fails is
-not run again by this invocation: run the command once more.
+
+One driver per store at a time: a run of a configuration and seed that this invocation is about to
+run, found RUNNING in the store, was left so by a driver killed outright (SIGKILL, a machine that
+stopped). It is ended FAILED with the reason before the configuration runs again.
 
 Suite YAML layout::
 
@@ -53,13 +48,12 @@ from pydantic import BaseModel
 
 from recurbench.config import StrictModel, check_names, deep_merge, parse_overrides, read_yaml, validate
 from recurbench.devices import describe_device, resolve_device
+from recurbench.engine import EngineSpec, Session, open_session, task_device
 from recurbench.errors import ConfigError, RecurbenchError
-from recurbench.runtime import raise_if_terminated
 from recurbench.seeding import seed_everything
 from recurbench.tracking import (
     RunHandle,
     RunRecord,
-    RunWithdrawn,
     Tracker,
     experiment_name,
     flatten,
@@ -89,18 +83,13 @@ class RunPlan:
 @dataclass
 class RunOutcome:
     plan: RunPlan
-    status: str  # FINISHED | FAILED | RUNNING (left to another process) | PLANNED (a dry run)
+    status: str  # FINISHED | FAILED | PLANNED (a dry run)
     metrics: dict[str, float] = field(default_factory=dict)
     error: str | None = None
     run_id: str | None = None
     seconds: float = 0.0
     reused: bool = False
     """A run found FINISHED in the store (``skip_finished``), not run by this invocation."""
-
-    @property
-    def elsewhere(self) -> bool:
-        """Left to another process that is running it now (``run_id`` is that process's run)."""
-        return self.status == "RUNNING"
 
 
 @dataclass
@@ -118,9 +107,8 @@ class SuiteResult:
     def reused(self) -> list[RunOutcome]:
         return [o for o in self.outcomes if o.reused]
 
-    @property
-    def elsewhere(self) -> list[RunOutcome]:
-        return [o for o in self.outcomes if o.elsewhere]
+    stale: list[str] = field(default_factory=list)
+    """Runs found RUNNING for the configurations run here (left by a killed driver), ended FAILED."""
 
 
 class SuiteDefinition(ABC):
@@ -280,144 +268,166 @@ def run_suite(
     device: str | None = None,
     skip_finished: bool = False,
     dry_run: bool = False,
-    shard: tuple[int, int] | None = None,
+    engine: EngineSpec | None = None,
 ) -> SuiteResult:
-    """Plan every run (all validation happens here, before training), then execute them in order, on
-    ``device`` (``--device``; None: the suite's :attr:`SuiteDefinition.default_device`). With
-    ``skip_finished``, plans that already have a FINISHED run at the same settings are not run again,
-    and those another live process is running are left to it (``RUNNING``; see the module docstring);
-    when none is left, no parent run is opened (``parent_run_id`` None).
-    ``dry_run`` stops after planning (and reading the store for ``skip_finished``): the runs left to
-    do come back ``PLANNED``, or ``RUNNING`` where a live process is running them now (a real run
-    would leave them to it), and nothing is trained or written. ``shard``
-    (k, n) keeps plans k-1, k-1+n, ... (:func:`parse_shard`)."""
+    """Plan every run (all validation happens here, before training), then execute them through
+    ``engine`` (default: serial, in this process), on ``device`` (``--device``; None: the suite's
+    :attr:`SuiteDefinition.default_device`; under Ray with GPUs per run, the GPU Ray assigned). With
+    ``skip_finished``, plans that already have a FINISHED run at the same settings are not run again;
+    when none is left, no parent run is opened (``parent_run_id`` None). ``dry_run`` stops after
+    planning (and reading the store for ``skip_finished``): the runs left to do come back
+    ``PLANNED``, and nothing is trained or written."""
+    engine = engine or EngineSpec()
     definition, cfg = load_profile(name, profile, config_path, overrides)
-    target = definition.target_device(device)
-    device_tag = describe_device(target)
+    if engine.kind == "ray" and not engine.gpus_per_run and device not in (None, "auto", "cpu"):
+        raise ConfigError(f"--device {device} with --engine ray needs --gpus-per-run (Ray hides the GPUs from a "
+                          "task that reserves none)")
+    # Serial: checked here, where the runs train. A Ray task resolves the device on its own machine.
+    device_tag = (describe_device(definition.target_device(device)) if engine.kind == "serial"
+                  else f"ray ({engine.gpus_per_run:g} GPU per run)")
     plans = definition.plan(cfg, dict(selection or {}), data_dir=data_dir)
     if not plans:
         raise ConfigError(f"suite {name!r} profile {profile!r}: the selection leaves no run to do")
-    if shard is not None:
-        k, n = shard
-        share = plans[k - 1 :: n]
-        if not share:
-            raise ConfigError(f"--shard {k}/{n}: this shard has no run; the selection has {len(plans)}")
-        plans = share
     experiment = experiment_name(name)
     reused = stored_outcomes(definition, tracker, experiment, profile, plans) if skip_finished else {}
-    outcomes = [reused.get(i) for i in range(len(plans))]
+    outcomes: list[RunOutcome | None] = [reused.get(i) for i in range(len(plans))]
     if dry_run:
-        running = stored_outcomes(definition, tracker, experiment, profile, plans, status="RUNNING") if skip_finished else {}
-        return SuiteResult(name, profile, None, [
-            o or running.get(i) or RunOutcome(p, "PLANNED") for i, (o, p) in enumerate(zip(outcomes, plans, strict=True))
-        ])
+        return SuiteResult(name, profile, None, [o or RunOutcome(p, "PLANNED") for o, p in zip(outcomes, plans, strict=True)])
     for o in reused.values():
         if progress_factory:
-            progress_factory(o.plan)(1, 1, _taken_message(o))
-    if len(reused) == len(plans):
+            progress_factory(o.plan)(1, 1, f"already finished as run {o.run_id}: not run again")
+    todo = [i for i, o in enumerate(outcomes) if o is None]
+    if not todo:
         return SuiteResult(name, profile, None, [o for o in outcomes if o is not None])
-    with tracker.run(
-        f"{name}-{profile}", experiment=experiment,
-        tags=standard_tags(suite=name, profile=profile, role="parent", device=device_tag),
-    ) as parent:
-        parent.log_params({"profile": profile, "n_runs": len(plans) - len(reused), "selection": dict(selection or {}),
-                           "overrides": list(overrides), "skip_finished": skip_finished,
-                           "shard": f"{shard[0]}/{shard[1]}" if shard else None})
-        for index, plan in enumerate(plans):
-            if outcomes[index] is not None:
-                continue
-            raise_if_terminated()
-            progress = progress_factory(plan) if progress_factory else (lambda *_: None)
-            if skip_finished and (taken := _taken(definition, tracker, experiment, profile, plan)) is not None:
-                outcomes[index] = taken
-                progress(1, 1, _taken_message(taken))
-                continue
-            key = plan_key(name, profile, plan)
-            tags = standard_tags(suite=name, profile=profile, seed=plan.seed, device=device_tag,
-                                 **{CLAIM_TAG: key}, **plan.tags)
-            start = time.perf_counter()
-            outcome = RunOutcome(plan, "FAILED")
-            try:
-                with tracker.run(plan.name, experiment=experiment, tags=tags, parent=parent) as run:
-                    outcome.run_id = run.run_id
-                    run.log_params({**plan.params, "seed": plan.seed})
-                    if skip_finished:
-                        _claim(tracker, experiment, {"suite": name, "profile": profile, CLAIM_TAG: key}, run.run_id)
-                    seed_everything(plan.seed)
-                    outcome.metrics = definition.execute(plan, run, progress, data_dir=data_dir, device=target)
-                    outcome.seconds = time.perf_counter() - start
-                    run.log_metrics({"wall_time_s": outcome.seconds})
-                outcome.status = "FINISHED"
-            except RunWithdrawn as exc:
-                outcome = RunOutcome(plan, "RUNNING", run_id=exc.holder)
-                progress(1, 1, _taken_message(outcome))
-            except (KeyboardInterrupt, SystemExit):
-                raise
-            except Exception as exc:  # the run is already marked FAILED by the tracker
-                outcome.error = f"{type(exc).__name__}: {exc}"
-                outcome.seconds = time.perf_counter() - start
-            outcomes[index] = outcome
-        done = [o for o in outcomes if o is not None]
-        ran = [o for o in done if not o.reused and not o.elsewhere]
-        failed = [o for o in ran if o.status != "FINISHED"]
-        parent.log_metrics({"runs_finished": len(ran) - len(failed), "runs_failed": len(failed),
-                            "runs_skipped": sum(o.reused for o in done),
-                            "runs_left_to_others": sum(o.elsewhere for o in done)})
-        result = SuiteResult(name, profile, parent.run_id, done)
-        if failed and len(failed) == len(ran):
-            # Mark the parent FAILED too: nothing in this invocation produced a result.
-            raise SuiteFailed(result)
+    with open_session(engine, tracker) as session:
+        stale = end_stale_runs(session.tracker, experiment, name, profile, [plans[i] for i in todo])
+        with session.tracker.run(
+            f"{name}-{profile}", experiment=experiment,
+            tags=standard_tags(suite=name, profile=profile, role="parent", device=device_tag, engine=engine.kind),
+        ) as parent:
+            parent.log_params({"profile": profile, "n_runs": len(todo), "selection": dict(selection or {}),
+                               "overrides": list(overrides), "skip_finished": skip_finished, "engine": engine.kind})
+            _execute(session, definition, name, profile, plans, todo, outcomes, parent.run_id,
+                     data_dir=data_dir, device=device, progress_factory=progress_factory)
+            done = [o for o in outcomes if o is not None]
+            ran = [outcomes[i] for i in todo]
+            failed = [o for o in ran if o is not None and o.status != "FINISHED"]
+            parent.log_metrics({"runs_finished": len(ran) - len(failed), "runs_failed": len(failed),
+                                "runs_skipped": len(reused), "stale_runs_ended": len(stale)})
+            result = SuiteResult(name, profile, parent.run_id, done, stale)
+            if failed and len(failed) == len(ran):
+                # Mark the parent FAILED too: nothing in this invocation produced a result.
+                raise SuiteFailed(result)
     return result
 
 
-CLAIM_TAG = "plan_key"
-CLAIM_SETTLE_S = 2.0
-"""Seconds a run waits after opening before it checks whether an earlier live run holds its plan."""
+def _execute(
+    session: Session, definition: SuiteDefinition, name: str, profile: str, plans: Sequence[RunPlan],
+    todo: Sequence[int], outcomes: list[RunOutcome | None], parent_id: str, *, data_dir: str | None,
+    device: str | None, progress_factory: Callable[[RunPlan], ProgressFn] | None,
+) -> None:
+    """Run ``plans[todo]`` through ``session``, filling ``outcomes``; on Ctrl-C or SIGTERM, the runs the
+    session leaves open end KILLED (their Ray tasks were cancelled: nothing else can close them)."""
+    in_task = session.kind != "serial"
+    jobs = [(definition, name, profile, plans[i], session.tracker, parent_id, data_dir, device, in_task) for i in todo]
+    bars: dict[int, ProgressFn] = {}
+
+    def progress_of(k: int) -> ProgressFn:
+        if progress_factory is None:
+            return lambda *_: None
+        if k not in bars:
+            bars[k] = progress_factory(plans[todo[k]])
+        return bars[k]
+
+    def on_start(k: int) -> None:
+        if in_task:
+            progress_of(k)(0, 1, "running as a Ray task")
+
+    def on_done(k: int, outcome: RunOutcome) -> None:
+        outcomes[todo[k]] = outcome
+        if in_task:
+            progress_of(k)(1, 1, outcome.status.lower() + (f": {outcome.error}" if outcome.error else ""))
+
+    def on_crash(k: int, reason: str) -> None:
+        plan = plans[todo[k]]
+        error = f"its worker died and Ray's retries ran out ({reason})"
+        ids = session.tracker.end_stale(experiment_name(name), {"suite": name, "profile": profile,
+                                                                PLAN_TAG: plan_key(name, profile, plan)},
+                                        error, parent_id=parent_id)
+        outcomes[todo[k]] = RunOutcome(plan, "FAILED", error=error, run_id=ids[0] if ids else None)
+        progress_of(k)(1, 1, "failed: " + error)
+
+    if not in_task:
+        jobs = [(*job[:-1], False, progress_of(k)) for k, job in enumerate(jobs)]
+    try:
+        session.map(execute_plan, jobs, on_done, on_crash, on_start)
+    except (KeyboardInterrupt, SystemExit) as exc:
+        if in_task:
+            session.tracker.end_stale(experiment_name(name), {"suite": name, "profile": profile},
+                                      f"KeyboardInterrupt: the driver was stopped ({type(exc).__name__}) and "
+                                      "cancelled its Ray tasks", status="KILLED", parent_id=parent_id)
+        raise
+
+
+PLAN_TAG = "plan_key"
+
+
+def execute_plan(
+    definition: SuiteDefinition, name: str, profile: str, plan: RunPlan, tracker: Tracker, parent_id: str,
+    data_dir: str | None, device: str | None, in_task: bool = False, progress: ProgressFn | None = None,
+) -> RunOutcome:
+    """Run one plan as a nested run of ``parent_id``: in the driver's process (serial) or in a Ray task
+    (``in_task``: any run an earlier, dead attempt of this task left RUNNING is ended FAILED first).
+    An exception in the training code ends the run FAILED and comes back in the outcome."""
+    experiment = experiment_name(name)
+    key = plan_key(name, profile, plan)
+    if in_task:
+        tracker.end_stale(experiment, {"suite": name, "profile": profile, PLAN_TAG: key},
+                          "its worker died (killed, or out of memory); Ray ran the task again", parent_id=parent_id)
+    target = definition.target_device(task_device(device))
+    tags = standard_tags(suite=name, profile=profile, seed=plan.seed, device=describe_device(target),
+                         **{PLAN_TAG: key}, **plan.tags)
+    start = time.perf_counter()
+    outcome = RunOutcome(plan, "FAILED")
+    try:
+        with tracker.run(plan.name, experiment=experiment, tags=tags, parent=parent_id) as run:
+            outcome.run_id = run.run_id
+            run.log_params({**plan.params, "seed": plan.seed})
+            seed_everything(plan.seed)
+            outcome.metrics = definition.execute(plan, run, progress or (lambda *_: None), data_dir=data_dir,
+                                                 device=target)
+            outcome.seconds = time.perf_counter() - start
+            run.log_metrics({"wall_time_s": outcome.seconds})
+        outcome.status = "FINISHED"
+    except (KeyboardInterrupt, SystemExit):
+        raise
+    except Exception as exc:  # the run is already marked FAILED by the tracker
+        outcome.error = f"{type(exc).__name__}: {exc}"
+        outcome.seconds = time.perf_counter() - start
+    return outcome
+
+
+def end_stale_runs(tracker: Tracker, experiment: str, name: str, profile: str, plans: Sequence[RunPlan]) -> list[str]:
+    """End FAILED the runs of ``plans`` that a driver killed outright left RUNNING (one driver per
+    store at a time: nobody is running them); their ids."""
+    keys = {plan_key(name, profile, plan) for plan in plans}
+    running = tracker.stored_runs(experiment, {"suite": name, "profile": profile}, "RUNNING")
+    ended: list[str] = []
+    for key in sorted({r.tags.get(PLAN_TAG) for r in running} & keys):
+        ended += tracker.end_stale(
+            experiment, {"suite": name, "profile": profile, PLAN_TAG: key},
+            "left RUNNING by an invocation that ended without closing it (killed outright, or its machine "
+            "stopped); this configuration and seed was run again",
+        )
+    return ended
 
 
 def plan_key(suite: str, profile: str, plan: RunPlan) -> str:
     """A digest naming what a run of ``plan`` computes: suite, profile, configuration tags, seed and
-    every setting (as logged), so that runs of the same plan by other invocations can be found."""
+    every setting (as logged), so that the runs of one plan can be found in the store."""
     what = {"suite": suite, "profile": profile, "tags": plan.tags, "seed": plan.seed,
             "params": {k: param_value(v) for k, v in flatten(plan.params).items()}}
     return hashlib.sha256(json.dumps(what, sort_keys=True).encode()).hexdigest()[:20]
-
-
-def _claim(tracker: Tracker, experiment: str, tags: Mapping[str, str], own: str) -> None:
-    """Keep the plan if run ``own`` is the earliest-started live run tagged ``tags`` (after
-    :data:`CLAIM_SETTLE_S`, so that a rival opened at the same moment is in the store); otherwise
-    raise :class:`RunWithdrawn` naming that run."""
-    time.sleep(CLAIM_SETTLE_S)
-    rivals = tracker.stored_runs(experiment, tags, "RUNNING")
-    if rivals:
-        first = min(rivals, key=lambda r: (r.start_time, r.run_id))
-        if first.run_id != own:
-            raise RunWithdrawn(first.run_id)
-
-
-def _taken(
-    definition: SuiteDefinition, tracker: Tracker, experiment: str, profile: str, plan: RunPlan
-) -> RunOutcome | None:
-    """``plan`` finished (reused) or running now in a live process, by another invocation since this
-    one planned; None if neither."""
-    for status in ("FINISHED", "RUNNING"):
-        if found := stored_outcomes(definition, tracker, experiment, profile, [plan], status=status):
-            return found[0]
-    return None
-
-
-def _taken_message(outcome: RunOutcome) -> str:
-    if outcome.reused:
-        return f"already finished as run {outcome.run_id}: not run again"
-    return f"running in another process as run {outcome.run_id}: left to it"
-
-
-def parse_shard(text: str) -> tuple[int, int]:
-    """``"k/n"`` (1 <= k <= n) as ``(k, n)``; anything else is a ConfigError naming ``--shard``."""
-    k, sep, n = text.partition("/")
-    if sep and k.strip().isdigit() and n.strip().isdigit() and 1 <= int(k) <= int(n):
-        return int(k), int(n)
-    raise ConfigError(f"--shard: expected K/N with 1 <= K <= N (this invocation's share of N), got {text!r}")
 
 
 def typical_seconds(name: str, profile: str, tracker: Tracker, plans: Sequence[RunPlan]) -> dict[int, float]:
@@ -442,7 +452,7 @@ def stored_outcomes(
     configuration tags and seed, the same settings (:func:`recurbench.reporting.runs.has_settings`,
     with :attr:`SuiteDefinition.execute_params` matching any value) and, when FINISHED, every headline
     metric. The newest such run stands for the plan: a FINISHED one is reused (``reused``, with its
-    headline metrics); a RUNNING one (in a live process) stands for work another invocation is doing."""
+    headline metrics)."""
     from recurbench.reporting.runs import has_settings
 
     stored = tracker.stored_runs(experiment, {"suite": definition.name, "profile": profile}, status)  # newest first

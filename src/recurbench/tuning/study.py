@@ -1,18 +1,23 @@
-"""Resumable, multi-worker Optuna studies tracked in MLflow.
+"""Resumable Optuna studies tracked in MLflow, run in this process or on Ray workers.
 
 * Storage: default ``sqlite:///results/optuna.db`` (embedded). Any Optuna storage URL works:
-  ``journal:PATH`` (or a path ending in ``.log``) for several processes on one machine without a
-  database, ``postgresql://...`` / ``mysql://...`` for workers on several machines.
-* Workers: ``workers`` processes share one study. Each stops asking for trials once the study holds
-  ``n_trials`` finished (COMPLETE or PRUNED) or running trials, so a study started again with the same
-  name continues where it stopped: completed trials are neither lost nor repeated.
-* A dead worker's trials: with a database storage a heartbeat marks a silent trial FAILED and
-  ``RetryFailedTrialCallback`` re-enqueues its parameters (up to ``max_retry`` times). The journal
-  storage has no heartbeat: when a study is (re)started, trials left RUNNING are failed and retried
-  the same way — start a journal study's workers from one launcher.
+  ``journal:PATH`` (or a path ending in ``.log``) without a database, ``postgresql://...`` /
+  ``mysql://...`` for workers on several machines. A storage that cannot serve (a corrupt file, a
+  read-only folder) is refused in one line before anything runs.
+* Workers: with ``--engine ray --workers N``, N Ray tasks take trials from the shared storage. Each
+  stops at the target with Optuna's :class:`~optuna.study.MaxTrialsCallback`, counting the trials
+  finished (COMPLETE or PRUNED) or running, so N workers do not overshoot. When they have all ended
+  and a worker died, the driver starts workers again until ``n_trials`` trials have finished.
+* Recovery: one driver per storage at a time, so a trial found RUNNING when a study starts was left by
+  a killed invocation. Database storages run Optuna's heartbeat (``heartbeat_interval``): the driver
+  waits until such a trial's heartbeat is older than ``grace_period`` and fails it with
+  :func:`optuna.storages.fail_stale_trials`, whose :class:`~optuna.storages.RetryFailedTrialCallback`
+  enqueues its parameters again (up to ``max_retry`` times). The journal storage has no heartbeat: the
+  driver fails such a trial through :meth:`optuna.Study.tell` and calls the same retry callback.
+* The sampler is seeded with ``seed``, the worker's number and the number of trials the study already
+  holds, so that a resumed study does not replay its start-up proposals.
 * MLflow: a parent run per study (its id kept in the study's user attributes, so a resumed study
-  logs under the same parent, and invocations that start one new study at the same moment agree on
-  one: :data:`PARENT_SETTLE_S`), a nested run per trial (params, intermediate values, final value,
+  logs under the same parent), a nested run per trial (params, intermediate values, final value,
   state), and at the end the best parameters and Optuna's figures as artifacts of the parent.
 * Objective values are minimised or maximised as the objective declares; a NaN or infinite value
   prunes the trial instead of crashing the study.
@@ -20,9 +25,9 @@
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import math
-import multiprocessing
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -31,27 +36,25 @@ from typing import Any
 
 import optuna
 from optuna.storages import RDBStorage, RetryFailedTrialCallback
+from optuna.study import MaxTrialsCallback
 from optuna.trial import TrialState
 
+from recurbench.engine import EngineSpec, open_session, task_device
 from recurbench.errors import ConfigError
 from recurbench.tracking import (
-    RESULTS_DIR,
     RunHandle,
     Tracker,
+    _writable_folder,
+    check_sqlite_file,
     experiment_name,
     make_tracker,
     sqlite_file,
-    sqlite_store_lock,
     standard_tags,
 )
 
 DEFAULT_STORAGE = "sqlite:///results/optuna.db"
 PARENT_RUN_ATTR = "mlflow_parent_run_id"
-PARENT_SETTLE_S = 2.0
-"""Seconds a new study's first invocation waits after naming its run the study's parent, before it
-reads the name back: two invocations that start one new study at the same moment both name their own
-run, the later write stands, and both then nest their trials under it."""
-RETRY_ATTR = "retried_from"
+FINISHED = (TrialState.COMPLETE, TrialState.PRUNED)
 
 
 class Objective:
@@ -83,23 +86,24 @@ class StudySpec:
     study_name: str
     n_trials: int
     storage: str | None = None
-    workers: int = 1
     timeout: float | None = None
     seed: int = 0
     pruner: str = "median"
     max_retry: int = 2
-    heartbeat_interval: int = 20
+    heartbeat_interval: int = 5
     """Database storages: seconds between a running trial's heartbeats."""
-    grace_period: int = 60
-    """Database storages: a running trial silent for this long is failed (and retried)."""
-    tracking_uri: str | None = None
+    grace_period: int = 20
+    """Database storages: a running trial silent for this long is stale (failed, and retried); also how
+    long a restarted study waits, at most, for the trial a killed invocation left running."""
     tags: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def storage_url(self) -> str:
+        return self.storage or DEFAULT_STORAGE
 
     def __post_init__(self) -> None:
         if self.n_trials < 1:
             raise ConfigError(f"--trials must be at least 1, got {self.n_trials}")
-        if self.workers < 1:
-            raise ConfigError(f"--workers must be at least 1, got {self.workers}")
         if self.pruner not in PRUNERS:
             raise ConfigError(f"unknown pruner {self.pruner!r}; choose one of: {', '.join(PRUNERS)}")
 
@@ -127,77 +131,73 @@ def _retry_kwargs(max_retry: int) -> dict[str, Any]:
 
 
 def make_storage(
-    url: str | None, max_retry: int = 2, heartbeat_interval: int = 20, grace_period: int = 60
+    url: str | None, max_retry: int = 2, heartbeat_interval: int = 5, grace_period: int = 20
 ) -> optuna.storages.BaseStorage:
+    """The Optuna storage at ``url`` (default :data:`DEFAULT_STORAGE`), checked first: a file that is
+    not a database, or a folder this process cannot write, is a one-line :class:`ConfigError`."""
     url = url or DEFAULT_STORAGE
-    if url == DEFAULT_STORAGE:
-        RESULTS_DIR.mkdir(parents=True, exist_ok=True)
+    what = f"Optuna storage {url}"
     if is_journal(url):
         from optuna.storages.journal import JournalFileBackend, JournalStorage
 
         path = Path(url.removeprefix("journal:"))
+        _writable_folder(path.parent, what)
         path.parent.mkdir(parents=True, exist_ok=True)
-        return JournalStorage(JournalFileBackend(str(path)))
-    if (database := sqlite_file(url)) is not None:  # its folder, as for a journal (sqlite would not open the file)
-        database.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            return JournalStorage(JournalFileBackend(str(path)))
+        except OSError as exc:
+            raise ConfigError(f"{what}: cannot open {path} ({exc.strerror or exc})") from None
+    if (database := sqlite_file(url)) is not None:
+        check_sqlite_file(database, what)
+        database.parent.mkdir(parents=True, exist_ok=True)  # sqlite would not create its folder
     engine_kwargs = {"connect_args": {"timeout": 60}} if url.startswith("sqlite") else {}
     try:
-        with sqlite_store_lock(url):  # creating the tables races between processes otherwise
-            return RDBStorage(
-                url,
-                engine_kwargs=engine_kwargs,
-                heartbeat_interval=heartbeat_interval,
-                grace_period=grace_period,
-                **_retry_kwargs(max_retry),
-            )
+        return RDBStorage(url, engine_kwargs=engine_kwargs, heartbeat_interval=heartbeat_interval,
+                          grace_period=grace_period, **_retry_kwargs(max_retry))
     except Exception as exc:  # a bad URL, a driver that is not installed, a server that is down
-        raise ConfigError(f"cannot open Optuna storage {url!r}: {exc}") from None
-
-
-def _retry_count(trial: optuna.trial.FrozenTrial, study: optuna.Study) -> int:
-    count, source = 0, trial.system_attrs.get("failed_trial") or trial.user_attrs.get(RETRY_ATTR)
-    by_number = {t.number: t for t in study.get_trials(deepcopy=False)}
-    while source is not None and source in by_number:
-        count += 1
-        parent = by_number[source]
-        source = parent.system_attrs.get("failed_trial") or parent.user_attrs.get(RETRY_ATTR)
-    return count
-
-
-def recover_stale_trials(study: optuna.Study, max_retry: int) -> list[int]:
-    """Fail the trials a dead worker left RUNNING and enqueue their parameters again (up to
-    ``max_retry`` times per original trial). Only for storages without a heartbeat, and only when no
-    other worker of this study is alive (the launcher's job)."""
-    failed = []
-    for trial in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
-        study._storage.set_trial_state_values(trial._trial_id, TrialState.FAIL)
-        failed.append(trial.number)
-        if _retry_count(trial, study) < max_retry:
-            study.enqueue_trial(trial.params, user_attrs={RETRY_ATTR: trial.number}, skip_if_exists=False)
-    return failed
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        raise ConfigError(f"cannot open Optuna storage {url!r}: {first}") from None
 
 
 def load_study(spec: StudySpec, direction: str, worker: int = 0) -> optuna.Study:
-    # Each worker seeds its sampler differently: with one seed, W workers would propose the same
-    # start-up trials W times.
-    return optuna.create_study(
-        study_name=spec.study_name,
-        storage=make_storage(spec.storage, spec.max_retry, spec.heartbeat_interval, spec.grace_period),
-        sampler=optuna.samplers.TPESampler(seed=spec.seed + 1000 * worker, multivariate=True, group=True),
+    """Create or load the study. The sampler's seed mixes ``spec.seed``, the worker and how many
+    trials the study holds already: a seeded sampler started again would replay its start-up trials."""
+    storage = make_storage(spec.storage, spec.max_retry, spec.heartbeat_interval, spec.grace_period)
+    study = optuna.create_study(study_name=spec.study_name, storage=storage, direction=direction, load_if_exists=True)
+    held = len(study.get_trials(deepcopy=False))
+    return optuna.load_study(
+        study_name=spec.study_name, storage=storage,
+        sampler=optuna.samplers.TPESampler(seed=spec.seed + 1000 * worker + 7919 * held, multivariate=True, group=True),
         pruner=PRUNERS[spec.pruner](),
-        direction=direction,
-        load_if_exists=True,
     )
 
 
-def _stop_at(n_trials: int) -> Callable[[optuna.Study, optuna.trial.FrozenTrial], None]:
-    def callback(study: optuna.Study, _trial: optuna.trial.FrozenTrial) -> None:
-        # Trials still running in other workers count too, so that W workers overshoot by < W.
-        done = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED, TrialState.RUNNING))
-        if len(done) >= n_trials:
-            study.stop()
-
-    return callback
+def recover_stale_trials(study: optuna.Study, spec: StudySpec, poll_s: float = 1.0) -> list[int]:
+    """Fail the trials a killed invocation left RUNNING and enqueue their parameters again (one driver
+    per storage at a time, so nobody runs them); their numbers. See the module docstring."""
+    stale = [t.number for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))]
+    if not stale:
+        return []
+    if is_journal(spec.storage):
+        retry = RetryFailedTrialCallback(max_retry=spec.max_retry)
+        for number in stale:
+            study.tell(number, state=TrialState.FAIL)
+            retry(study, study.get_trials(deepcopy=False)[number])
+        return stale
+    # A database storage: wait for the heartbeats of the stale trials to age past the grace period.
+    deadline = time.monotonic() + spec.grace_period + 2 * spec.heartbeat_interval + 60
+    while study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+        optuna.storages.fail_stale_trials(study)
+        if not study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+            break
+        if time.monotonic() > deadline:
+            running = [t.number for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))]
+            raise ConfigError(
+                f"study {spec.study_name}: trial(s) {running} are still running with a live heartbeat: another "
+                "invocation is running this study (one driver per storage at a time)"
+            )
+        time.sleep(poll_s)
+    return stale
 
 
 def _trial_fn(objective: Objective, tracker: Tracker, parent_id: str, tags: dict[str, str]) -> Callable[[optuna.Trial], float]:
@@ -227,22 +227,30 @@ def _trial_fn(objective: Objective, tracker: Tracker, parent_id: str, tags: dict
     return run_trial
 
 
-def _worker(spec: StudySpec, objective: Objective, parent_id: str, worker: int, tracker: Tracker | None = None) -> None:
+def _say_trial(study: optuna.Study, trial: optuna.trial.FrozenTrial) -> None:
+    """One line per trial (the worker's output; a Ray task's reaches the driver's terminal)."""
+    value = f" {trial.value:.5g}" if trial.value is not None else ""
+    print(f"trial {trial.number}: {trial.state.name.lower()}{value} {trial.params}", flush=True)
+
+
+def study_worker(spec: StudySpec, objective: Objective, parent_id: str, worker: int, tracker: Tracker) -> int:
+    """Take trials from the study until it holds ``n_trials`` finished or running ones (or the
+    timeout passes); the number of trials this worker ran. A Ray task given GPUs trains on its GPU."""
     optuna.logging.set_verbosity(optuna.logging.WARNING)
+    if (device := task_device(None)) is not None and hasattr(objective, "device"):
+        objective = dataclasses.replace(objective, device=device)  # type: ignore[type-var]
     study = load_study(spec, objective.direction, worker)
-    tracker = tracker or make_tracker(spec.tracking_uri)
-    tags = {**spec.tags, "worker": str(worker)}
-    remaining = spec.n_trials - len(study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED)))
-    if remaining <= 0:
-        return
+    if len(study.get_trials(deepcopy=False, states=FINISHED)) >= spec.n_trials:
+        return 0
+    before = len(study.get_trials(deepcopy=False))
     study.optimize(
-        _trial_fn(objective, tracker, parent_id, tags),
-        n_trials=spec.n_trials * (spec.max_retry + 1),  # an upper bound; _stop_at ends the study
+        _trial_fn(objective, tracker, parent_id, {**spec.tags, "worker": str(worker)}),
         timeout=spec.timeout,
-        callbacks=[_stop_at(spec.n_trials)],
+        callbacks=[MaxTrialsCallback(spec.n_trials, states=(*FINISHED, TrialState.RUNNING)), _say_trial],
         catch=(),
         gc_after_trial=True,
     )
+    return len(study.get_trials(deepcopy=False)) - before
 
 
 @dataclass
@@ -257,60 +265,57 @@ class StudyResult:
     recovered: list[int]
 
 
-def _settle() -> None:
-    time.sleep(PARENT_SETTLE_S)
-
-
-def run_study(spec: StudySpec, objective: Objective, tracker: Tracker | None = None) -> StudyResult:
-    """Create or resume ``spec.study_name`` and run it to ``n_trials`` finished trials."""
-    tracker = tracker or make_tracker(spec.tracking_uri)
+def run_study(
+    spec: StudySpec, objective: Objective, tracker: Tracker | None = None, engine: EngineSpec | None = None,
+) -> StudyResult:
+    """Create or resume ``spec.study_name`` and run it to ``n_trials`` finished trials, with one worker
+    in this process (``serial``) or ``engine.workers`` Ray tasks."""
+    engine = engine or EngineSpec()
+    tracker = tracker or make_tracker()
     tracker.open()  # a bad tracking URI fails before the Optuna storage is created
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     study = load_study(spec, objective.direction)
-    storage_url = spec.storage or DEFAULT_STORAGE
-    recovered: list[int] = []
-    if is_journal(spec.storage):
-        recovered = recover_stale_trials(study, spec.max_retry)
     experiment = experiment_name(objective.suite)
-    parent_id = study.user_attrs.get(PARENT_RUN_ATTR)
-    with tracker.run(
-        spec.study_name, experiment=experiment,
-        tags=standard_tags(**spec.tags, role="study", study=spec.study_name),
-    ) as parent:
-        if parent_id is None:
-            study.set_user_attr(PARENT_RUN_ATTR, parent.run_id)
-            _settle()
-            parent_id = study.user_attrs.get(PARENT_RUN_ATTR, parent.run_id)
-        parent.log_params({"study": spec.study_name, "storage": storage_url, "n_trials": spec.n_trials,
-                           "workers": spec.workers, "pruner": spec.pruner, "seed": spec.seed, **objective.describe()})
-        if spec.workers == 1:
-            _worker(spec, objective, parent_id, 0, tracker)
-        else:
-            ctx = multiprocessing.get_context("spawn")
-            procs = [ctx.Process(target=_worker, args=(spec, objective, parent_id, w)) for w in range(spec.workers)]
-            for p in procs:
-                p.start()
-            for p in procs:
-                p.join()
-            bad = [p.exitcode for p in procs if p.exitcode != 0]
-            if bad:
-                raise RuntimeError(f"{len(bad)} of {spec.workers} study workers exited with codes {bad}")
-        study = load_study(spec, objective.direction)
-        trials = study.get_trials(deepcopy=False)
-        counts = {state.name.lower(): sum(t.state == state for t in trials) for state in TrialState}
-        parent.log_metrics({f"trials_{k}": v for k, v in counts.items()})
-        completed = [t for t in trials if t.state == TrialState.COMPLETE]
-        best = study.best_trial if completed else None
-        if best is not None:
-            parent.log_params({f"best.{k}": v for k, v in best.params.items()})
-            parent.log_metrics({"best_value": best.value, "best_trial": best.number})
-            parent.log_dict({"number": best.number, "value": best.value, "params": best.params}, "best_trial.json")
-            _log_figures(study, parent)
-        return StudyResult(
-            spec.study_name, storage_url, parent.run_id, counts,
-            best.value if best else None, dict(best.params) if best else {}, best.number if best else None,
-            recovered,
-        )
+    workers = 1 if engine.kind == "serial" else engine.workers or engine.in_flight() or 1
+    crashes: list[str] = []
+    with open_session(engine, tracker) as session:
+        recovered = recover_stale_trials(study, spec)
+        parent_id = study.user_attrs.get(PARENT_RUN_ATTR)
+        with session.tracker.run(
+            spec.study_name, experiment=experiment,
+            tags=standard_tags(**spec.tags, role="study", study=spec.study_name, engine=engine.kind),
+        ) as parent:
+            if parent_id is None:
+                study.set_user_attr(PARENT_RUN_ATTR, parent.run_id)
+                parent_id = parent.run_id
+            parent.log_params({"study": spec.study_name, "storage": spec.storage_url, "n_trials": spec.n_trials,
+                               "workers": workers, "engine": engine.kind, "pruner": spec.pruner, "seed": spec.seed,
+                               **objective.describe()})
+            for _round in range(spec.max_retry + 1):  # a round ends short only when a worker died
+                missing = spec.n_trials - len(study.get_trials(deepcopy=False, states=FINISHED))
+                if missing <= 0 or (_round and spec.timeout is not None):
+                    break
+                jobs = [(spec, objective, parent_id, w, session.tracker) for w in range(min(workers, missing))]
+                session.map(study_worker, jobs, lambda _i, _n: None, lambda i, why: crashes.append(f"worker {i}: {why}"))
+                recovered += recover_stale_trials(study, spec)
+            study = load_study(spec, objective.direction)
+            trials = study.get_trials(deepcopy=False)
+            counts = {state.name.lower(): sum(t.state == state for t in trials) for state in TrialState}
+            parent.log_metrics({f"trials_{k}": v for k, v in counts.items()})
+            if crashes:
+                parent.set_tags({"worker_crashes": "; ".join(crashes)[:5000]})
+            completed = [t for t in trials if t.state == TrialState.COMPLETE]
+            best = study.best_trial if completed else None
+            if best is not None:
+                parent.log_params({f"best.{k}": v for k, v in best.params.items()})
+                parent.log_metrics({"best_value": best.value, "best_trial": best.number})
+                parent.log_dict({"number": best.number, "value": best.value, "params": best.params}, "best_trial.json")
+                _log_figures(study, parent)
+            return StudyResult(
+                spec.study_name, spec.storage_url, parent.run_id, counts,
+                best.value if best else None, dict(best.params) if best else {}, best.number if best else None,
+                recovered,
+            )
 
 
 def _log_figures(study: optuna.Study, run: RunHandle) -> None:

@@ -1,0 +1,353 @@
+"""Where runs execute: in this process, one at a time (``serial``), or as Ray tasks (``ray``).
+
+``recurbench run`` and ``recurbench tune`` take ``--engine serial|ray``:
+
+* ``serial`` (the default) runs everything in the calling process, in order.
+* ``ray`` runs each unit of work (a configuration x seed of a suite; a study worker of ``tune``) as a
+  Ray task. With no ``--address`` (nor ``RAY_ADDRESS``) the command starts a local Ray instance of its
+  own, sized to ``--workers`` x ``--cpus-per-run`` CPUs, and stops it at the end; with one it attaches
+  to that cluster. ``--cpus-per-run`` sets each task's CPU reservation and torch's thread count in it;
+  ``--gpus-per-run`` (fractions allowed) its GPU share, and the task trains on the GPU Ray assigned.
+
+Failures: a task whose worker dies (SIGKILL, the out-of-memory killer, a node lost) is retried by Ray
+up to ``max_retries`` times; each attempt first ends FAILED the run its dead predecessor left RUNNING.
+When the retries run out the driver ends it FAILED with Ray's reason. An exception in the training code
+is not retried: the run ends FAILED with the error, as in ``serial``. Ctrl-C or SIGTERM of the driver
+cancels the tasks and ends their runs KILLED.
+
+Tracking: the driver owns the parent run. With an embedded store (sqlite, a folder), every write of the
+session, the driver's and the tasks', goes through one Ray actor (:class:`StoreWriter`) that holds the
+store's only client, so N workers cannot lock each other out of the database. Such a store lives on one
+machine, so it is refused with a cluster address: workers then write straight to an MLflow server.
+
+Ray is an optional dependency (``pip install 'recurbench[ray]'``); it is imported only here, and only
+when ``--engine ray`` is asked for.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+from recurbench.errors import ConfigError
+from recurbench.runtime import raise_if_terminated
+from recurbench.tracking import (
+    MlflowRun,
+    MlflowTracker,
+    RunHandle,
+    RunRecord,
+    Tracker,
+    redact_uri,
+    sqlite_file,
+)
+
+ENGINES = ("serial", "ray")
+INSTALL_RAY = "pip install 'recurbench[ray]'"
+
+
+@dataclass(frozen=True)
+class EngineSpec:
+    """How to execute: the command line's ``--engine``, ``--workers``, ``--address``,
+    ``--cpus-per-run`` and ``--gpus-per-run``."""
+
+    kind: str = "serial"
+    workers: int | None = None
+    """Tasks at a time (ray). None: as many as the local CPUs allow (``cpus_per_run`` each), or as the
+    cluster schedules with an address."""
+    address: str | None = None
+    """A Ray cluster to attach to (else ``$RAY_ADDRESS``, else a local instance started here)."""
+    cpus_per_run: float = 1.0
+    gpus_per_run: float = 0.0
+    max_retries: int = 2
+    """Ray's retries of a task whose worker died."""
+
+    def __post_init__(self) -> None:
+        if self.kind not in ENGINES:
+            raise ConfigError(f"--engine must be one of {', '.join(ENGINES)}, got {self.kind!r}")
+        if self.workers is not None and self.workers < 1:
+            raise ConfigError(f"--workers must be at least 1, got {self.workers}")
+        if self.cpus_per_run <= 0:
+            raise ConfigError(f"--cpus-per-run must be positive, got {self.cpus_per_run}")
+        if self.gpus_per_run < 0:
+            raise ConfigError(f"--gpus-per-run must not be negative, got {self.gpus_per_run}")
+        if self.max_retries < 0:
+            raise ConfigError(f"max_retries must not be negative, got {self.max_retries}")
+        if self.kind == "serial":
+            given = [flag for flag, value in (("--workers", self.workers if self.workers != 1 else None),
+                                              ("--address", self.address),
+                                              ("--gpus-per-run", self.gpus_per_run or None),
+                                              ("--cpus-per-run", self.cpus_per_run if self.cpus_per_run != 1 else None))
+                     if value is not None]
+            if given:
+                raise ConfigError(f"{', '.join(given)} need --engine ray (the serial engine runs one run at a time "
+                                  "in this process)")
+
+    @property
+    def cluster_address(self) -> str | None:
+        """The Ray cluster to attach to, if any (``address``, else ``$RAY_ADDRESS``)."""
+        if self.kind != "ray":
+            return None
+        return self.address or os.environ.get("RAY_ADDRESS") or None
+
+    @property
+    def threads(self) -> int:
+        """torch's intra-op threads inside a task: its CPU reservation, at least 1."""
+        return max(1, int(self.cpus_per_run))
+
+    def in_flight(self) -> int | None:
+        """The most tasks submitted at once: ``workers``; locally without it, the CPUs' share."""
+        if self.workers is not None:
+            return self.workers
+        if self.cluster_address is None:
+            return max(1, int((os.cpu_count() or 1) // self.cpus_per_run))
+        return None
+
+
+def import_ray() -> Any:
+    """The ``ray`` module, or a one-line :class:`ConfigError` saying how to install it."""
+    try:
+        import ray  # optional: only --engine ray needs it
+    except ImportError:
+        raise ConfigError(f"--engine ray needs Ray, which is not installed here: {INSTALL_RAY}") from None
+    return ray
+
+
+def is_local_store(uri: str) -> bool:
+    """An embedded tracking store or Optuna storage (a file or folder on this machine)."""
+    return sqlite_file(uri) is not None or uri.startswith(("file:", "journal:")) or "://" not in uri
+
+
+def check_cluster_store(spec: EngineSpec, uri: str, what: str = "tracking URI") -> None:
+    """With a cluster address, refuse a store that lives on this machine's disk: workers on other
+    machines cannot share it."""
+    if spec.cluster_address is not None and is_local_store(uri):
+        raise ConfigError(
+            f"{what} {redact_uri(uri)!r} is a file on this machine, which workers on other machines of the "
+            f"Ray cluster at {spec.cluster_address} cannot share: start a tracking server (`mlflow server "
+            "--host 0.0.0.0 --port 5000 --backend-store-uri sqlite:///mlflow.db`) and pass "
+            "--tracking-uri http://HOST:5000" + (" (and a database storage, e.g. postgresql://..., for Optuna)"
+                                                   if what != "tracking URI" else "")
+        )
+
+
+# ----------------------------------------------------------------------------------------------
+# Tracking through one writer (embedded stores under Ray)
+
+
+class StoreWriter:
+    """Holds the only client of an embedded MLflow store during a Ray session; every run of the
+    session is written through it, one call at a time (a Ray actor of this class)."""
+
+    def __init__(self, tracking_uri: str) -> None:
+        self.tracker = MlflowTracker(tracking_uri)
+        self.tracker.open()
+
+    def start(self, experiment: str, name: str, tags: dict[str, str], parent_id: str | None) -> str:
+        return self.tracker._start(experiment, name, tags, parent_id).run_id
+
+    def call(self, run_id: str, method: str, *args: Any) -> None:
+        getattr(MlflowRun(self.tracker.client, run_id), method)(*args)
+
+    def end(self, run_id: str, status: str) -> None:
+        self.tracker._end(MlflowRun(self.tracker.client, run_id), status)
+
+    def end_stale(self, experiment: str, tags: dict[str, str], reason: str, status: str,
+                  parent_id: str | None) -> list[str]:
+        return self.tracker.end_stale(experiment, tags, reason, status=status, parent_id=parent_id)
+
+    def stored_runs(self, experiment: str, tags: dict[str, str], status: str) -> list[RunRecord]:
+        return self.tracker.stored_runs(experiment, tags, status)
+
+
+class WriterRun(RunHandle):
+    """A run written through a :class:`StoreWriter` actor. Each call waits for the write, so the
+    order of a run's records holds and a failed write raises here."""
+
+    def __init__(self, writer: Any, run_id: str) -> None:
+        self.writer = writer
+        self.run_id = run_id
+
+    def _call(self, method: str, *args: Any) -> None:
+        import ray
+
+        ray.get(self.writer.call.remote(self.run_id, method, *args))
+
+    def log_params(self, params: Mapping[str, Any]) -> None:
+        self._call("log_params", dict(params))
+
+    def log_metrics(self, metrics: Mapping[str, float], step: int | None = None) -> None:
+        self._call("log_metrics", dict(metrics), step)
+
+    def set_tags(self, tags: Mapping[str, Any]) -> None:
+        self._call("set_tags", dict(tags))
+
+    def log_artifact(self, path: str | os.PathLike[str], artifact_path: str | None = None) -> None:
+        # The writer runs on this machine (an embedded store is refused on a cluster): it reads the file.
+        self._call("log_artifact", str(path), artifact_path)
+
+
+class WriterTracker(Tracker):
+    """A :class:`Tracker` whose runs are written by a :class:`StoreWriter` actor; picklable, so Ray
+    tasks receive it as an argument."""
+
+    def __init__(self, writer: Any, tracking_uri: str) -> None:
+        self.writer = writer
+        self.tracking_uri = tracking_uri
+
+    def _get(self, ref: Any) -> Any:
+        import ray
+
+        return ray.get(ref)
+
+    def _start(self, experiment: str, name: str, tags: dict[str, str], parent_id: str | None) -> RunHandle:
+        return WriterRun(self.writer, self._get(self.writer.start.remote(experiment, name, tags, parent_id)))
+
+    def _end(self, run: RunHandle, status: str) -> None:
+        self._get(self.writer.end.remote(run.run_id, status))
+
+    def end_stale(self, experiment: str, tags: Mapping[str, str], reason: str, *, status: str = "FAILED",
+                  parent_id: str | None = None) -> list[str]:
+        return self._get(self.writer.end_stale.remote(experiment, dict(tags), reason, status, parent_id))
+
+    def stored_runs(self, experiment: str, tags: Mapping[str, str], status: str = "FINISHED") -> list[RunRecord]:
+        return self._get(self.writer.stored_runs.remote(experiment, dict(tags), status))
+
+
+# ----------------------------------------------------------------------------------------------
+# Sessions
+
+#: ``on_done(index, result)``: a job returned; ``on_crash(index, reason)``: its retries ran out.
+OnDone = Callable[[int, Any], None]
+OnCrash = Callable[[int, str], None]
+
+
+class Session:
+    """An open engine: :attr:`tracker` writes every run of the session; :meth:`map` runs jobs."""
+
+    kind = "serial"
+
+    def __init__(self, spec: EngineSpec, tracker: Tracker) -> None:
+        self.spec = spec
+        self.tracker = tracker
+
+    def map(self, fn: Callable[..., Any], jobs: Sequence[tuple[Any, ...]], on_done: OnDone,
+            on_crash: OnCrash, on_start: Callable[[int], None] | None = None) -> None:
+        """Call ``fn(*job)`` for each job, in order, here."""
+        for index, job in enumerate(jobs):
+            raise_if_terminated()
+            if on_start is not None:
+                on_start(index)
+            on_done(index, fn(*job))
+
+
+class RaySession(Session):
+    kind = "ray"
+
+    def __init__(self, spec: EngineSpec, tracker: Tracker, ray: Any) -> None:
+        super().__init__(spec, tracker)
+        self.ray = ray
+
+    def map(self, fn: Callable[..., Any], jobs: Sequence[tuple[Any, ...]], on_done: OnDone,
+            on_crash: OnCrash, on_start: Callable[[int], None] | None = None) -> None:
+        """Run each job as a Ray task (at most :meth:`EngineSpec.in_flight` at once), reporting each as
+        it ends. Ctrl-C or SIGTERM cancels the tasks still queued or running and propagates."""
+        ray = self.ray
+        remote = ray.remote(_in_task).options(
+            num_cpus=self.spec.cpus_per_run, num_gpus=self.spec.gpus_per_run,
+            max_retries=self.spec.max_retries, retry_exceptions=False,
+        )
+        cap = self.spec.in_flight() or len(jobs)
+        queue = list(enumerate(jobs))
+        pending: dict[Any, int] = {}
+        try:
+            while queue or pending:
+                while queue and len(pending) < cap:
+                    index, job = queue.pop(0)
+                    if on_start is not None:
+                        on_start(index)
+                    pending[remote.remote(fn, job, self.spec.threads, self.spec.gpus_per_run > 0)] = index
+                raise_if_terminated()
+                # A bounded wait, so that Ctrl-C and SIGTERM are seen between two waits.
+                ready, _ = ray.wait(list(pending), num_returns=1, timeout=1.0)
+                for ref in ready:
+                    index = pending.pop(ref)
+                    try:
+                        result = ray.get(ref)
+                    except ray.exceptions.RayError as exc:
+                        on_crash(index, _crash_reason(exc, self.spec.max_retries))
+                    else:
+                        on_done(index, result)
+        except BaseException:
+            for ref in pending:
+                ray.cancel(ref, force=True)
+            if pending:  # let the cancellations land before the runs are ended
+                ray.wait(list(pending), num_returns=len(pending), timeout=30)
+            raise
+
+
+def _crash_reason(exc: Exception, retries: int) -> str:
+    first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+    return f"{type(exc).__name__} after {retries} retr{'y' if retries == 1 else 'ies'}: {first}"[:2000]
+
+
+def _in_task(fn: Callable[..., Any], job: tuple[Any, ...], threads: int, gpu: bool) -> Any:
+    """The body of every Ray task: this process's settings, then ``fn(*job)``."""
+    import torch
+
+    from recurbench.runtime import tune_allocator
+
+    tune_allocator()
+    torch.set_num_threads(threads)
+    if gpu:
+        os.environ["RECURBENCH_TASK_DEVICE"] = "cuda"  # Ray made the assigned GPU(s) the visible ones
+    return fn(*job)
+
+
+def task_device(device: str | None) -> str | None:
+    """The device a job should train on: inside a Ray task given GPUs, the GPU Ray assigned."""
+    return os.environ.get("RECURBENCH_TASK_DEVICE") or device
+
+
+@contextmanager
+def open_session(spec: EngineSpec, tracker: Tracker) -> Iterator[Session]:
+    """Start (or attach to) the engine for one command; ``tracker`` is the command's store."""
+    if spec.kind == "serial":
+        yield Session(spec, tracker)
+        return
+    if not isinstance(tracker, MlflowTracker):
+        raise ConfigError("--engine ray needs an MLflow tracking store (the in-memory tracker stays in one process)")
+    ray = import_ray()
+    check_cluster_store(spec, tracker.tracking_uri)
+    tracker.open()  # a bad store fails here, before Ray starts
+    started = not ray.is_initialized()  # else: a caller's instance (a notebook's, a test's), left running
+    if started:
+        kwargs: dict[str, Any] = {"logging_level": logging.WARNING, "include_dashboard": False}
+        if spec.cluster_address is not None:
+            ray.init(address=spec.cluster_address, **kwargs)
+        else:
+            workers = spec.workers or max(1, int((os.cpu_count() or 1) // spec.cpus_per_run))
+            ray.init(num_cpus=max(1, round(workers * spec.cpus_per_run)), **kwargs)
+    try:
+        session_tracker: Tracker = tracker
+        writer = None
+        if is_local_store(tracker.tracking_uri):
+            writer = ray.remote(StoreWriter).options(num_cpus=0, max_restarts=0).remote(tracker.tracking_uri)
+            session_tracker = WriterTracker(writer, tracker.tracking_uri)
+        try:
+            yield RaySession(spec, session_tracker, ray)
+        finally:
+            if writer is not None:
+                ray.kill(writer)
+    finally:
+        if started:
+            ray.shutdown()
+
+
+__all__ = [
+    "ENGINES", "EngineSpec", "RaySession", "Session", "StoreWriter", "WriterTracker",
+    "check_cluster_store", "import_ray", "is_local_store", "open_session", "task_device",
+]
