@@ -10,9 +10,7 @@ import os
 import sys
 import time
 import warnings
-from collections.abc import Iterator
-from contextlib import contextmanager
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console
@@ -23,9 +21,6 @@ from rich.text import Text
 
 from recurbench.errors import DataWarning, RecurbenchError
 from recurbench.runtime import handle_termination, tune_allocator
-
-if TYPE_CHECKING:
-    from recurbench.tracking import Tracker
 
 app = typer.Typer(
     name="recurbench",
@@ -57,6 +52,34 @@ DeviceOpt = Annotated[
                  "cuda:N or mps. Default: auto for ltsf, cpu for minigrid (small recurrent policies; "
                  "stable-baselines3's advice)."),
 ]
+
+EngineOpt = Annotated[
+    str,
+    typer.Option("--engine", help="serial: one run at a time in this process; ray: each run (each study worker) as "
+                 "a Ray task, on a local Ray instance this command starts, or on the cluster at --address."),
+]
+WorkersOpt = Annotated[
+    int | None,
+    typer.Option("--workers", help="Ray: runs (study workers) at a time (default: this machine's CPUs / "
+                 "--cpus-per-run; on a cluster, as its resources allow)."),
+]
+AddressOpt = Annotated[
+    str | None,
+    typer.Option("--address", help="Ray: the cluster to attach to (default: $RAY_ADDRESS, else a local instance)."),
+]
+CpusPerRunOpt = Annotated[
+    float, typer.Option("--cpus-per-run", help="Ray: CPUs each run reserves; torch's thread count in it follows.")
+]
+GpusPerRunOpt = Annotated[
+    float, typer.Option("--gpus-per-run", help="Ray: GPUs each run reserves (fractions share one); it trains there.")
+]
+
+
+def _engine(engine: str, workers: int | None, address: str | None, cpus_per_run: float, gpus_per_run: float) -> Any:
+    from recurbench.engine import EngineSpec
+
+    return EngineSpec(engine, workers, address, cpus_per_run, gpus_per_run)
+
 
 SettingsOpt = Annotated[
     str,
@@ -297,20 +320,6 @@ class _RunProgress:
         return update
 
 
-@contextmanager
-def _lost_runs_reported(tracker: Tracker) -> Iterator[None]:
-    """Say which earlier runs the tracker marked FAILED because their process was gone."""
-    try:
-        yield
-    finally:
-        if names := tracker.lost_runs:
-            shown = ", ".join(names[:5]) + (", ..." if len(names) > 5 else "")
-            err_console.print(escape(
-                f"marked FAILED: {len(names)} earlier run(s) left RUNNING by a process that no longer exists "
-                f"(killed outright or out of memory): {shown}"
-            ))
-
-
 @app.command("run")
 def run_cmd(
     suite: Annotated[str, typer.Argument(help="Suite name (see `recurbench list suites`).")],
@@ -334,14 +343,8 @@ def run_cmd(
     skip_finished: Annotated[
         bool,
         typer.Option("--skip-finished", help="Do not run again a configuration and seed that already has a FINISHED "
-                     "run in the store at the same settings; its results enter the table (resumes a suite). One "
-                     "that another process is running now is left to it, so several invocations share the work."),
+                     "run in the store at the same settings; its results enter the table (resumes a suite)."),
     ] = False,
-    shard: Annotated[
-        str | None,
-        typer.Option("--shard", help="K/N: run only every N-th run of the selection, starting with the K-th, so that "
-                     "N invocations share it (with --skip-finished, each resumes its own share)."),
-    ] = None,
     dry_run: Annotated[
         bool,
         typer.Option("--dry-run", help="Check the settings and list the runs (with --skip-finished: which are "
@@ -350,10 +353,16 @@ def run_cmd(
     tracking_uri: TrackingOpt = None,
     data_dir: DataDirOpt = None,
     device: DeviceOpt = None,
+    engine: EngineOpt = "serial",
+    workers: WorkersOpt = None,
+    address: AddressOpt = None,
+    cpus_per_run: CpusPerRunOpt = 1.0,
+    gpus_per_run: GpusPerRunOpt = 0.0,
 ) -> None:
     """Run a suite profile; every configuration and seed becomes a nested MLflow run."""
+    from recurbench.engine import check_cluster_store
     from recurbench.suites import run_suite
-    from recurbench.suites.runner import SUITES, parse_shard, typical_seconds
+    from recurbench.suites.runner import SUITES, typical_seconds
     from recurbench.tracking import make_tracker
 
     if suite not in SUITES:
@@ -373,22 +382,21 @@ def run_cmd(
             raise RecurbenchError(f"--total-timesteps applies to the minigrid suite, not {suite!r}")
         _at_least(1, total_timesteps=total_timesteps)
         selection["total_timesteps"] = total_timesteps
-    share = parse_shard(shard) if shard is not None else None
-    tracker = make_tracker(tracking_uri)
+    spec = _engine(engine, workers, address, cpus_per_run, gpus_per_run)
+    tracker = make_tracker(tracking_uri, write=not dry_run)
+    check_cluster_store(spec, tracker.tracking_uri)  # type: ignore[attr-defined]
     if dry_run:
         result = run_suite(suite, profile, tracker, selection=selection, data_dir=data_dir, config_path=config,
                            overrides=overrides or (), device=device, skip_finished=skip_finished, dry_run=True,
-                           shard=share)
-        shown = {"FINISHED": "finished: run {}", "RUNNING": "running now in another process: run {} (left to it)",
-                 "PLANNED": "to run"}
+                           engine=spec)
+        shown = {"FINISHED": "finished: run {}", "PLANNED": "to run"}
         typical = typical_seconds(suite, profile, tracker, [o.plan for o in result.outcomes])
         rows = [[o.plan.name, str(o.plan.seed), shown[o.status].format(o.run_id)
                  + (f" (typically {_duration(typical[i])})" if i in typical and o.status == "PLANNED" else "")]
                 for i, o in enumerate(result.outcomes)]
         console.print(_table(f"{suite} / {profile}: dry run", ["run", "seed", "status"], rows))
         todo = [i for i, o in enumerate(result.outcomes) if o.status == "PLANNED"]
-        console.print(f"{len(todo)} run(s) to run, {len(result.elsewhere)} running now in another process, "
-                      f"{len(result.reused)} already finished; nothing was trained or written")
+        console.print(f"{len(todo)} run(s) to run, {len(result.reused)} already finished; nothing was trained or written")
         if known := [typical[i] for i in todo if i in typical]:
             console.print(
                 f"typical time of the {len(known)} run(s) to run that have one: {_duration(sum(known))} in all (the "
@@ -397,13 +405,13 @@ def run_cmd(
                    if len(known) < len(todo) else "")
             )
         return
-    with _lost_runs_reported(tracker), Progress(
+    with Progress(
         TextColumn("{task.description}", markup=False), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=console
     ) as progress:
         result = run_suite(
             suite, profile, tracker, selection=selection, data_dir=data_dir, config_path=config,
             overrides=overrides or (), progress_factory=_RunProgress(progress), device=device,
-            skip_finished=skip_finished, shard=share,
+            skip_finished=skip_finished, engine=spec,
         )
     header, rows = SUITES[suite]().summary_rows(result.outcomes)
     console.print(_table(f"{suite} / {profile}", header, rows))
@@ -413,10 +421,11 @@ def run_cmd(
             f"run again (--skip-finished); the table includes them: "
             + ", ".join(f"{o.plan.name} ({o.run_id})" for o in reused[:5]) + (", ..." if len(reused) > 5 else "")
         ))
-    if elsewhere := result.elsewhere:
-        console.print(escape(
-            f"{len(elsewhere)} run(s) were being run by another process and were left to it (--skip-finished): "
-            + ", ".join(f"{o.plan.name} ({o.run_id})" for o in elsewhere[:5]) + (", ..." if len(elsewhere) > 5 else "")
+    if result.stale:
+        err_console.print(escape(
+            f"ended FAILED: {len(result.stale)} run(s) of these configurations left RUNNING by an invocation that "
+            f"was killed outright (one driver per store at a time): {', '.join(result.stale[:5])}"
+            + (", ..." if len(result.stale) > 5 else "")
         ))
     if result.parent_run_id is not None:
         console.print(f"MLflow parent run: {result.parent_run_id}")
@@ -437,7 +446,6 @@ def tune_cmd(
     profile: Annotated[str, typer.Option("--profile", "-p", help="Suite profile that sets the training budget.")] = "quick",
     storage: Annotated[str | None, typer.Option("--storage", help="Optuna storage URL (default sqlite:///results/optuna.db; journal:PATH; postgresql://...).")] = None,
     study_name: Annotated[str | None, typer.Option("--study-name", help="Study name; the same name resumes the study.")] = None,
-    workers: Annotated[int, typer.Option("--workers", help="Worker processes on this machine.")] = 1,
     timeout: Annotated[float | None, typer.Option("--timeout", help="Seconds after which each worker stops starting trials.")] = None,
     pruner: Annotated[str, typer.Option("--pruner", help="median | hyperband | none")] = "median",
     seed: Annotated[int, typer.Option("--seed", help="Seed of the TPE sampler and of every trial's training.")] = 0,
@@ -452,9 +460,15 @@ def tune_cmd(
     tracking_uri: TrackingOpt = None,
     data_dir: DataDirOpt = None,
     device: DeviceOpt = None,
+    engine: EngineOpt = "serial",
+    workers: WorkersOpt = None,
+    address: AddressOpt = None,
+    cpus_per_run: CpusPerRunOpt = 1.0,
+    gpus_per_run: GpusPerRunOpt = 0.0,
 ) -> None:
-    """Optuna studies over REM head counts, dilations and gate initialisation; resumable, multi-worker."""
+    """Optuna studies over REM head counts, dilations and gate initialisation; resumable, on Ray workers."""
     from recurbench.devices import describe_device
+    from recurbench.engine import check_cluster_store
     from recurbench.suites.runner import SUITES
     from recurbench.tracking import make_tracker
     from recurbench.tuning.objectives import LTSFObjective, MinigridObjective, write_best_profile
@@ -464,6 +478,12 @@ def tune_cmd(
     settings = tuple(overrides or ())
     if suite not in ("ltsf", "minigrid"):
         raise RecurbenchError(f"unknown suite {suite!r} for tune; choose ltsf or minigrid")
+    engine_spec = _engine(engine, workers, address, cpus_per_run, gpus_per_run)
+    if engine_spec.kind == "ray":
+        if not gpus_per_run and device not in (None, "auto", "cpu"):
+            raise RecurbenchError(f"--device {device} with --engine ray needs --gpus-per-run (Ray hides the GPUs "
+                                  "from a task that reserves none)")
+        device = "cpu"  # a task given GPUs trains on the one Ray assigned (recurbench.engine.task_device)
     target_device = SUITES[suite]().target_device(device)
     if suite == "ltsf":
         if dataset is None or horizon is None:
@@ -481,11 +501,13 @@ def tune_cmd(
     objective.job  # noqa: B018 - resolve (and validate) the suite job before any worker starts
     spec = StudySpec(
         study_name=study_name or default_study_name(suite, model, *target, profile, settings_digest(config, settings)),
-        n_trials=trials, storage=storage, workers=workers, timeout=timeout, seed=seed, pruner=pruner,
-        tracking_uri=tracking_uri,
-        tags={"suite": suite, "profile": profile, "model": model, "device": describe_device(target_device), **tags},
+        n_trials=trials, storage=storage, timeout=timeout, seed=seed, pruner=pruner,
+        tags={"suite": suite, "profile": profile, "model": model, **tags,
+              "device": describe_device(target_device) if not gpus_per_run else f"ray ({gpus_per_run:g} GPU per run)"},
     )
     tracker = make_tracker(tracking_uri)
+    check_cluster_store(engine_spec, tracker.tracking_uri)  # type: ignore[attr-defined]
+    check_cluster_store(engine_spec, spec.storage_url, "Optuna storage")
     tracker.open()  # a bad tracking URI fails before the Optuna storage is created
     if enqueue_paper and isinstance(objective, LTSFObjective):
         study = load_study(spec, objective.direction)
@@ -494,13 +516,13 @@ def tune_cmd(
             err_console.print("[yellow]the profile's head layout uses a dilation outside the candidates; not enqueued[/yellow]")
         elif not study.get_trials(deepcopy=False):
             study.enqueue_trial(params, user_attrs={"paper_configuration": True})
-    with _lost_runs_reported(tracker), console.status(f"study {escape(spec.study_name)}: {trials} trials on {workers} worker(s)"):
-        result = run_study(spec, objective, tracker)
+    with console.status(f"study {escape(spec.study_name)}: {trials} trials ({engine_spec.kind} engine)"):
+        result = run_study(spec, objective, tracker, engine_spec)
     console.print(_table(f"study {result.study_name}", ["key", "value"], [
         ["storage", result.storage], ["trials", json.dumps(result.counts)], ["best trial", result.best_trial],
         ["best " + ("validation loss" if suite == "ltsf" else "training-env reward"), result.best_value],
         ["best params", json.dumps(result.best_params)],
-        ["recovered stale trials", result.recovered], ["MLflow parent run", result.parent_run_id],
+        ["stale trials failed and retried", result.recovered], ["MLflow parent run", result.parent_run_id],
     ]))
     if best_out and result.best_trial is not None:
         study = load_study(spec, objective.direction)
