@@ -1,0 +1,64 @@
+"""Toy suite and objective for the Ray engine tests. Ray tasks receive them pickled by value
+(``ray.cloudpickle.register_pickle_by_value``), since the workers cannot import ``tests``."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from pathlib import Path
+
+import optuna
+
+from recurbench.config import StrictModel
+from recurbench.suites.runner import RunPlan, SuiteDefinition
+from recurbench.tuning.study import Objective
+
+STEPS = 20
+"""Metric records each toy run logs (to check that none is lost under concurrent workers)."""
+
+
+class RayToyProfile(StrictModel):
+    models: list[str]
+    seeds: int = 1
+
+
+class RayToySuite(SuiteDefinition):
+    """``models`` name what a run does: ``good`` trains; ``die_once`` kills its worker on the first
+    attempt; ``die_always`` on every attempt; ``raise`` fails in the training code; ``block`` waits
+    until it is cancelled. ``data_dir`` is the folder for the attempts' marker files."""
+
+    name = "raytoy"
+    profile_model = RayToyProfile
+    headline_metrics = ("score",)
+
+    def plan(self, profile, selection, *, data_dir):
+        return [RunPlan(f"{m}-s{s}", s, {"model": m}, {"mode": m}, payload=m)
+                for m in selection.get("models", profile.models) for s in range(selection.get("seeds", profile.seeds))]
+
+    def execute(self, plan, run, progress, *, data_dir, device):
+        markers = Path(data_dir)
+        attempts = markers / f"{plan.name}.attempts"
+        with attempts.open("a") as f:
+            f.write(f"{os.getpid()}\n")
+        for step in range(STEPS):
+            run.log_metrics({"loss": 1.0 / (step + 1)}, step=step)
+        mode = plan.payload
+        if mode == "die_always" or (mode == "die_once" and len(attempts.read_text().split()) == 1):
+            os.kill(os.getpid(), signal.SIGKILL)
+        if mode == "raise":
+            raise RuntimeError("loss is NaN")
+        if mode == "block":
+            (markers / f"{plan.name}.started").touch()
+            while True:
+                time.sleep(0.1)
+        run.log_metrics({"score": float(plan.seed)})
+        return {"score": float(plan.seed)}
+
+
+class ToyQuadratic(Objective):
+    suite = "raytoy"
+
+    def __call__(self, trial: optuna.Trial, run) -> float:
+        x = trial.suggest_float("x", -10, 10)
+        return (x - 2) ** 2

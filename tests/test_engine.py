@@ -1,0 +1,203 @@
+"""The Ray engine: runs as tasks on a local Ray instance, retries of dead workers, failures,
+cancellation, concurrent writers on one sqlite store, and a real MLflow server for cluster mode.
+
+Nothing here waits on a clock for correctness: a test waits for a condition (a marker file, a
+server answering) with a generous deadline that only bounds a hang."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+ray = pytest.importorskip("ray")
+
+import ray_toys  # noqa: E402
+from mlflow.tracking import MlflowClient  # noqa: E402
+
+from recurbench.engine import EngineSpec  # noqa: E402
+from recurbench.suites import runner  # noqa: E402
+from recurbench.suites.runner import run_suite  # noqa: E402
+from recurbench.tracking import MlflowTracker  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def local_ray():
+    ray.cloudpickle.register_pickle_by_value(ray_toys)
+    ray.init(num_cpus=4, include_dashboard=False, logging_level="ERROR")
+    yield ray
+    ray.shutdown()
+
+
+@pytest.fixture
+def toy(tmp_path, monkeypatch, local_ray):
+    monkeypatch.setitem(runner.SUITES, "raytoy", ray_toys.RayToySuite)
+    path = tmp_path / "raytoy.yaml"
+    path.write_text(textwrap.dedent("""\
+        suite: raytoy
+        profiles:
+          quick: {models: [good], seeds: 1}
+        """))
+    markers = tmp_path / "markers"
+    markers.mkdir()
+    return path, str(markers), f"sqlite:///{tmp_path / 'mlflow.db'}"
+
+
+def _runs(uri):
+    client = MlflowClient(uri)
+    experiment = client.get_experiment_by_name("recurbench-raytoy")
+    return client, client.search_runs([experiment.experiment_id], max_results=1000)
+
+
+def _nested(runs):
+    return [r for r in runs if r.data.tags.get("role") != "parent"]
+
+
+def test_four_workers_on_one_sqlite_store_lose_nothing(toy):
+    config, markers, uri = toy
+    result = run_suite("raytoy", "quick", MlflowTracker(uri), config_path=config, data_dir=markers,
+                       selection={"seeds": 8}, engine=EngineSpec("ray", workers=4))
+    assert [o.status for o in result.outcomes] == ["FINISHED"] * 8
+    client, runs = _runs(uri)
+    nested = _nested(runs)
+    assert sorted(r.info.run_name for r in nested) == sorted(f"good-s{s}" for s in range(8))
+    assert {r.info.status for r in runs} == {"FINISHED"}
+    assert {r.data.tags["mlflow.parentRunId"] for r in nested} == {result.parent_run_id}
+    for r in nested:
+        assert [m.step for m in client.get_metric_history(r.info.run_id, "loss")] == list(range(ray_toys.STEPS))
+        assert r.data.metrics["score"] == float(r.data.tags["seed"])
+    # Each run trained in a task of its own process, not the driver.
+    pids = {Path(markers, f"good-s{s}.attempts").read_text().split()[0] for s in range(8)}
+    assert str(os.getpid()) not in pids
+
+
+def test_a_killed_worker_is_retried_and_each_plan_finishes_once(toy):
+    config, markers, uri = toy
+    result = run_suite("raytoy", "quick", MlflowTracker(uri), config_path=config, data_dir=markers,
+                       selection={"models": ["die_once"], "seeds": 2}, engine=EngineSpec("ray", workers=2))
+    assert [o.status for o in result.outcomes] == ["FINISHED", "FINISHED"]
+    _, runs = _runs(uri)
+    by_status = sorted((r.info.run_name, r.info.status) for r in _nested(runs))
+    assert by_status == [("die_once-s0", "FAILED"), ("die_once-s0", "FINISHED"),
+                         ("die_once-s1", "FAILED"), ("die_once-s1", "FINISHED")]
+    failed = [r for r in _nested(runs) if r.info.status == "FAILED"]
+    assert all("its worker died" in r.data.tags["error"] for r in failed)
+
+
+def test_when_the_retries_run_out_the_run_ends_failed_with_the_reason(toy):
+    config, markers, uri = toy
+    result = run_suite("raytoy", "quick", MlflowTracker(uri), config_path=config, data_dir=markers,
+                       selection={"models": ["die_always", "good"]},
+                       engine=EngineSpec("ray", workers=2, max_retries=1))
+    assert [o.status for o in result.outcomes] == ["FAILED", "FINISHED"]
+    assert "its worker died and Ray's retries ran out" in result.outcomes[0].error
+    assert len(Path(markers, "die_always-s0.attempts").read_text().split()) == 2  # the first try and one retry
+    _, runs = _runs(uri)
+    assert sorted(r.info.status for r in _nested(runs) if r.info.run_name == "die_always-s0") == ["FAILED", "FAILED"]
+
+
+def test_an_exception_in_training_is_not_retried(toy):
+    config, markers, uri = toy
+    result = run_suite("raytoy", "quick", MlflowTracker(uri), config_path=config, data_dir=markers,
+                       selection={"models": ["raise", "good"]}, engine=EngineSpec("ray", workers=2))
+    assert [(o.status, o.error) for o in result.outcomes] == [("FAILED", "RuntimeError: loss is NaN"), ("FINISHED", None)]
+    assert len(Path(markers, "raise-s0.attempts").read_text().split()) == 1
+    _, runs = _runs(uri)
+    failed = [r for r in _nested(runs) if r.info.status == "FAILED"]
+    assert [r.data.tags["error"] for r in failed] == ["RuntimeError: loss is NaN"]
+
+
+def test_ctrl_c_cancels_the_tasks_and_ends_their_runs_killed(toy):
+    config, markers, uri = toy
+    started = [Path(markers, f"block-s{s}.started") for s in range(2)]
+
+    def interrupt_when_both_run():
+        deadline = time.monotonic() + 300  # bounds a hang only
+        while not all(p.exists() for p in started) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        os.kill(os.getpid(), signal.SIGINT)
+
+    threading.Thread(target=interrupt_when_both_run, daemon=True).start()
+    with pytest.raises(KeyboardInterrupt):
+        run_suite("raytoy", "quick", MlflowTracker(uri), config_path=config, data_dir=markers,
+                  selection={"models": ["block"], "seeds": 2}, engine=EngineSpec("ray", workers=2))
+    _, runs = _runs(uri)
+    assert sorted((r.info.run_name, r.info.status) for r in runs) == [
+        ("block-s0", "KILLED"), ("block-s1", "KILLED"), ("raytoy-quick", "KILLED")]
+    assert all("driver was stopped" in r.data.tags["error"] for r in _nested(runs))
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.fixture
+def mlflow_server(tmp_path):
+    port = _free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "mlflow", "server", "--host", "127.0.0.1", "--port", str(port), "--workers", "1",
+         "--backend-store-uri", f"sqlite:///{tmp_path / 'server.db'}", "--artifacts-destination", str(tmp_path / "art")],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )
+    uri = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 300  # bounds a hang only: the test waits for the server to answer
+    while True:
+        try:
+            urllib.request.urlopen(f"{uri}/health", timeout=5).close()
+            break
+        except OSError:
+            if proc.poll() is not None or time.monotonic() > deadline:
+                proc.kill()
+                pytest.fail(f"mlflow server did not start (exit code {proc.poll()})")
+            time.sleep(0.2)
+    yield uri
+    proc.terminate()
+    proc.wait(timeout=60)
+
+
+def test_with_a_cluster_address_tasks_write_to_an_mlflow_server(toy, mlflow_server):
+    """A local Ray instance stands in for the cluster: its address is given, so the sqlite store is
+    refused, and a tracking server is what the tasks write to."""
+    from recurbench.errors import ConfigError
+
+    config, markers, uri = toy
+    address = ray.get_runtime_context().gcs_address
+    cluster = EngineSpec("ray", workers=2, address=address)
+    with pytest.raises(ConfigError, match=r"is a file on this machine, which workers on other machines"):
+        run_suite("raytoy", "quick", MlflowTracker(uri), config_path=config, data_dir=markers, engine=cluster)
+    result = run_suite("raytoy", "quick", MlflowTracker(mlflow_server), config_path=config, data_dir=markers,
+                       selection={"seeds": 2}, engine=cluster)
+    assert [o.status for o in result.outcomes] == ["FINISHED", "FINISHED"]
+    client, runs = _runs(mlflow_server)
+    assert sorted((r.info.run_name, r.info.status) for r in runs) == [
+        ("good-s0", "FINISHED"), ("good-s1", "FINISHED"), ("raytoy-quick", "FINISHED")]
+    assert all(len(client.get_metric_history(r.info.run_id, "loss")) == ray_toys.STEPS for r in _nested(runs))
+
+
+def test_tune_on_ray_workers_shares_one_study(toy, tmp_path):
+    import optuna
+
+    from recurbench.tuning.study import StudySpec, run_study
+
+    _, _, uri = toy
+    spec = StudySpec("ray-study", n_trials=6, storage=f"sqlite:///{tmp_path / 'optuna.db'}", seed=0)
+    result = run_study(spec, ray_toys.ToyQuadratic(), MlflowTracker(uri), EngineSpec("ray", workers=2))
+    study = optuna.load_study(study_name="ray-study", storage=spec.storage)
+    finished = [t for t in study.get_trials() if t.state == optuna.trial.TrialState.COMPLETE]
+    assert 6 <= len(finished) <= 7  # MaxTrialsCallback counts running trials: at most workers - 1 over
+    assert result.counts["running"] == 0
+    client, runs = _runs(uri)
+    trials = [r for r in runs if r.data.tags.get("role") == "trial"]
+    assert len(trials) == len(finished) and {r.data.tags["mlflow.parentRunId"] for r in trials} == {result.parent_run_id}
+    assert {r.data.tags["worker"] for r in trials} == {"0", "1"}
