@@ -156,11 +156,23 @@ def test_total_timesteps_is_minigrid_only():
     assert "--total-timesteps applies to the minigrid suite, not 'ltsf'" in str(result.exception)
 
 
-def test_a_bad_shard_is_refused_before_anything_is_planned(tmp_path):
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--workers", "2"], "--workers need --engine ray (the serial engine runs one run at a time in this process)"),
+        (["--engine", "ray", "--address", "ray://head:10001"],
+         "is a file on this machine, which workers on other machines of the Ray cluster at ray://head:10001 cannot share"),
+        (["--engine", "ray", "--cpus-per-run", "0"], "--cpus-per-run must be positive, got 0.0"),
+        (["--engine", "ray", "--device", "cuda"], "--device cuda with --engine ray needs --gpus-per-run"),
+    ],
+)
+@pytest.mark.parametrize("command", ["run", "tune"])
+def test_engine_options_are_checked_before_anything_is_written(tmp_path, args, message, command):
     store = tmp_path / "store.db"
-    result = runner.invoke(app, ["run", "ltsf", "--shard", "3/2", "--tracking-uri", f"sqlite:///{store}"])
-    assert isinstance(result.exception, RecurbenchError)
-    assert str(result.exception) == "--shard: expected K/N with 1 <= K <= N (this invocation's share of N), got '3/2'"
+    extra = ["--model", "rsa_informer", "--trials", "1", "--dataset", "ETTh1", "--horizon", "24"] if command == "tune" else []
+    result = runner.invoke(app, [command, "ltsf", *extra, *args, "--tracking-uri", f"sqlite:///{store}"])
+    assert isinstance(result.exception, RecurbenchError), result.output
+    assert message in str(result.exception)
     assert not store.exists()
 
 

@@ -470,15 +470,24 @@ def tune_cmd(
     from recurbench.devices import describe_device
     from recurbench.engine import check_cluster_store
     from recurbench.suites.runner import SUITES
-    from recurbench.tracking import make_tracker
+    from recurbench.tracking import make_tracker, resolve_tracking_uri
     from recurbench.tuning.objectives import LTSFObjective, MinigridObjective, write_best_profile
-    from recurbench.tuning.study import StudySpec, default_study_name, load_study, run_study, settings_digest
+    from recurbench.tuning.study import (
+        DEFAULT_STORAGE,
+        StudySpec,
+        default_study_name,
+        load_study,
+        run_study,
+        settings_digest,
+    )
 
     objective: LTSFObjective | MinigridObjective
     settings = tuple(overrides or ())
     if suite not in ("ltsf", "minigrid"):
         raise RecurbenchError(f"unknown suite {suite!r} for tune; choose ltsf or minigrid")
     engine_spec = _engine(engine, workers, address, cpus_per_run, gpus_per_run)
+    check_cluster_store(engine_spec, resolve_tracking_uri(tracking_uri))
+    check_cluster_store(engine_spec, storage or DEFAULT_STORAGE, "Optuna storage")
     if engine_spec.kind == "ray":
         if not gpus_per_run and device not in (None, "auto", "cpu"):
             raise RecurbenchError(f"--device {device} with --engine ray needs --gpus-per-run (Ray hides the GPUs "
@@ -506,8 +515,6 @@ def tune_cmd(
               "device": describe_device(target_device) if not gpus_per_run else f"ray ({gpus_per_run:g} GPU per run)"},
     )
     tracker = make_tracker(tracking_uri)
-    check_cluster_store(engine_spec, tracker.tracking_uri)  # type: ignore[attr-defined]
-    check_cluster_store(engine_spec, spec.storage_url, "Optuna storage")
     tracker.open()  # a bad tracking URI fails before the Optuna storage is created
     if enqueue_paper and isinstance(objective, LTSFObjective):
         study = load_study(spec, objective.direction)

@@ -1,4 +1,4 @@
-"""Studies: workers share one study, a killed study resumes without losing or repeating trials,
+"""Studies: a killed study resumes exactly, bad storages are refused in one line,
 a NaN prunes instead of crashing, MLflow gets a parent run and a nested run per trial."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import pytest
 from optuna.trial import TrialState
 
 from recurbench.errors import ConfigError
-from recurbench.tracking import MemoryTracker, MlflowTracker
+from recurbench.tracking import MemoryTracker
 from recurbench.tuning.study import Objective, StudySpec, load_study, run_study
 
 
@@ -63,130 +63,71 @@ def test_a_study_runs_to_n_finished_trials_prunes_nan_and_tracks_each_trial(tmp_
     assert sum(again.counts[s] for s in ("complete", "pruned")) == 12
 
 
-def test_two_worker_processes_share_one_study(tmp_path):
-    spec = StudySpec(
-        "quad2", 8, storage=f"journal:{tmp_path / 'journal.log'}", workers=2, seed=2,
-        tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}",
-    )
-    run_study(spec, Quadratic(sleep=0.05))
-    states = _states(spec)
-    finished = states[TrialState.COMPLETE] + states[TrialState.PRUNED]
-    assert 8 <= len(finished) <= 9  # at most workers - 1 extra trials in flight at the stop
-    assert len({t.number for t in finished}) == len(finished)
-    # Workers seed their samplers apart: no start-up proposal is made twice.
-    assert len({t.params["x"] for t in finished}) == len(finished)
-    client = MlflowTracker(spec.tracking_uri).client
-    exp = client.get_experiment_by_name("recurbench-toy")
-    runs = client.search_runs([exp.experiment_id])
-    workers = {r.data.tags.get("worker") for r in runs if r.data.tags.get("role") == "trial"}
-    assert workers == {"0", "1"}
+@dataclass
+class KilledAt(Quadratic):
+    """Quadratic whose process is killed outright (SIGKILL) in trial ``at``, after drawing x."""
 
+    at: int = -1
 
-def test_invocations_starting_one_new_study_at_once_nest_every_trial_under_one_parent(tmp_path, monkeypatch):
-    """Two invocations create the same new study at the same moment: each names its own run the
-    study's parent, the later write stands, and after the settle wait both nest their trials under it."""
-    from recurbench.tuning import study as study_module
-    from recurbench.tuning.study import PARENT_RUN_ATTR
-
-    spec = StudySpec("raced", 3, storage=f"sqlite:///{tmp_path / 'o.db'}", seed=4)
-    waits = []
-
-    def rival_names_its_run_while_we_wait() -> None:
-        waits.append(load_study(spec, "minimize").user_attrs[PARENT_RUN_ATTR])  # ours, written before the wait
-        load_study(spec, "minimize").set_user_attr(PARENT_RUN_ATTR, "rival-run")
-
-    monkeypatch.setattr(study_module, "_settle", rival_names_its_run_while_we_wait)
-    tracker = MemoryTracker()
-    run_study(spec, Quadratic(), tracker)
-    own, *trials = tracker.runs
-    assert waits == [own.run_id] and own.tags["role"] == "study"
-    assert len(trials) == 3 and {t.parent_id for t in trials} == {"rival-run"}
-    # A resumed study (the parent named already) does not wait.
-    monkeypatch.setattr(study_module, "_settle", lambda: pytest.fail("a resumed study waited"))
-    run_study(StudySpec("raced", 4, storage=spec.storage, seed=4), Quadratic(), tracker)
-    assert tracker.runs[-1].parent_id == "rival-run"
-
-
-def _peek(path, spec):
-    """Trial states by count, read without creating anything: opening an Optuna storage on a
-    database the worker is still initialising races with its schema creation."""
-    if not path.exists():
-        return {}
-    if spec.storage.startswith("journal:"):
-        states = _states(spec)
-        counts = {s.name: len(ts) for s, ts in states.items()}
-        counts["RUNNING_WITH_PARAMS"] = sum(1 for t in states[TrialState.RUNNING] if t.params)
-        return counts
-    import sqlite3
-
-    try:
-        with sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=5) as db:
-            counts = dict(db.execute("SELECT state, COUNT(*) FROM trials GROUP BY state").fetchall())
-            counts["RUNNING_WITH_PARAMS"] = db.execute(
-                "SELECT COUNT(DISTINCT t.trial_id) FROM trials t JOIN trial_params p ON p.trial_id = t.trial_id "
-                "WHERE t.state = 'RUNNING'"
-            ).fetchone()[0]
-            return counts
-    except sqlite3.OperationalError:  # tables not created yet, or locked for a moment
-        return {}
+    def __call__(self, trial, run):
+        x = trial.suggest_float("x", -5, 6)
+        if trial.number == self.at:
+            os.kill(os.getpid(), signal.SIGKILL)
+        return (x - 2) ** 2
 
 
 @pytest.mark.parametrize("storage", ["journal", "sqlite"])
-def test_a_killed_study_resumes_without_losing_or_repeating_trials(tmp_path, storage):
-    # journal: the launcher fails and re-enqueues the dead worker's trial when the study restarts;
-    # sqlite: the trial's heartbeat stops, the storage fails it after the grace period and retries it.
+def test_a_killed_study_resumes_exactly(tmp_path, storage):
+    """SIGKILL in trial 2 of 6, then the same study again at once: it ends with exactly 6 finished
+    trials, none RUNNING, the killed trial FAILED and retried with its parameters, the trials finished
+    before the kill kept, and no two finished trials with the same parameters (a seeded sampler
+    started again must not replay its start-up proposals). Nothing here depends on timing: the kill
+    happens inside trial 2, and the rerun waits for the heartbeat (sqlite) itself."""
     path = tmp_path / ("journal.log" if storage == "journal" else "optuna.db")
     url = f"journal:{path}" if storage == "journal" else f"sqlite:///{path}"
     spec = StudySpec("killed", 6, storage=url, seed=3, heartbeat_interval=1, grace_period=2)
     script = textwrap.dedent(
         f"""
         import sys; sys.path.insert(0, {os.path.dirname(__file__)!r})
-        from test_study import Quadratic
+        from test_study import KilledAt
         from recurbench.tracking import MemoryTracker
         from recurbench.tuning.study import StudySpec, run_study
         spec = StudySpec("killed", 6, storage={url!r}, seed=3, heartbeat_interval=1, grace_period=2)
-        run_study(spec, Quadratic(sleep=0.4), MemoryTracker())
+        run_study(spec, KilledAt(at=2), MemoryTracker())
         """
     )
-    log = open(tmp_path / "worker.log", "w")  # noqa: SIM115 - closed in finally
-    proc = subprocess.Popen([sys.executable, "-W", "ignore", "-c", script], stderr=log)
-    try:
-        deadline = time.time() + 120
-        while time.time() < deadline:
-            time.sleep(0.3)
-            if proc.poll() is not None:
-                pytest.fail(f"the worker exited early ({proc.returncode}):\n{(tmp_path / 'worker.log').read_text()[-3000:]}")
-            counts = _peek(path, spec)
-            # Kill it mid-trial, once the running trial has drawn its parameters (a trial killed
-            # before that has nothing to retry but a fresh draw).
-            if counts.get("COMPLETE", 0) + counts.get("PRUNED", 0) >= 2 and counts.get("RUNNING_WITH_PARAMS", 0):
-                break
-        else:
-            pytest.fail("the study did not get going")
-    finally:
-        if proc.poll() is None:
-            os.kill(proc.pid, signal.SIGKILL)
-        proc.wait()
-        log.close()
+    proc = subprocess.run([sys.executable, "-W", "ignore", "-c", script], capture_output=True, text=True)
+    assert proc.returncode == -signal.SIGKILL, proc.stderr[-3000:]
     before = _states(spec)
-    finished_before = {t.number: t.value for t in before[TrialState.COMPLETE] + before[TrialState.PRUNED]}
+    finished_before = {t.number: t.value for t in before[TrialState.COMPLETE]}
+    assert sorted(finished_before) == [0, 1]
     (stale,) = before[TrialState.RUNNING]
 
-    if storage == "sqlite":
-        time.sleep(3)  # past the grace period: the dead worker's heartbeat is stale
-    result = run_study(spec, Quadratic(), MemoryTracker())
+    result = run_study(spec, KilledAt(), MemoryTracker())
     after = _states(spec)
-    assert result.recovered == ([stale.number] if storage == "journal" else [])
+    assert result.recovered == [stale.number] and result.counts["running"] == 0
     assert [t.number for t in after[TrialState.FAIL]] == [stale.number]
     finished = after[TrialState.COMPLETE] + after[TrialState.PRUNED]
-    assert len(finished) == 6
-    # Nothing finished before the kill was lost or run again.
-    assert {n: v for n, v in ((t.number, t.value) for t in finished) if n in finished_before} == finished_before
-    retried = [
-        t for t in finished
-        if t.user_attrs.get("retried_from") == stale.number or t.system_attrs.get("failed_trial") == stale.number
-    ]
+    assert len(finished) == 6 and after[TrialState.RUNNING] == [] and after[TrialState.WAITING] == []
+    assert {t.number: t.value for t in finished if t.number in finished_before} == finished_before
+    retried = [t for t in finished if t.system_attrs.get("failed_trial") == stale.number]
     assert len(retried) == 1 and retried[0].params == stale.params
+    assert len({t.params["x"] for t in finished}) == 6
+
+
+def test_an_optuna_storage_that_cannot_serve_is_one_line_naming_it(tmp_path):
+    from test_tracking import _read_only_folder
+
+    corrupt = tmp_path / "optuna.db"
+    corrupt.write_bytes(b"not a database" * 100)
+    with pytest.raises(ConfigError, match=rf"^Optuna storage sqlite:///{corrupt}: {corrupt} is not a readable SQLite database"):
+        run_study(StudySpec("s", 1, storage=f"sqlite:///{corrupt}"), Quadratic(), MemoryTracker())
+    folder = _read_only_folder(tmp_path)
+    if folder is None:
+        pytest.skip("no folder here refuses this process's writes")
+    for url in (f"sqlite:///{folder}/optuna.db", f"journal:{folder}/optuna.log"):
+        with pytest.raises(ConfigError, match=rf"^Optuna storage {url}: cannot write in the folder {folder} "):
+            run_study(StudySpec("s", 1, storage=url), Quadratic(), MemoryTracker())
 
 
 def test_bad_specs_are_refused():
