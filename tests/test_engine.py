@@ -21,9 +21,9 @@ import pytest
 
 ray = pytest.importorskip("ray")
 
-import ray_toys  # noqa: E402
 from mlflow.tracking import MlflowClient  # noqa: E402
 
+import ray_toys  # noqa: E402
 from recurbench.engine import EngineSpec  # noqa: E402
 from recurbench.suites import runner  # noqa: E402
 from recurbench.suites.runner import run_suite  # noqa: E402
