@@ -363,7 +363,7 @@ def run_cmd(
     from recurbench.engine import check_cluster_store
     from recurbench.suites import run_suite
     from recurbench.suites.runner import SUITES, typical_seconds
-    from recurbench.tracking import make_tracker
+    from recurbench.tracking import check_store, make_tracker
 
     if suite not in SUITES:
         raise RecurbenchError(f"unknown suite {suite!r}; known suites: {', '.join(SUITES)}")
@@ -385,6 +385,8 @@ def run_cmd(
     spec = _engine(engine, workers, address, cpus_per_run, gpus_per_run)
     tracker = make_tracker(tracking_uri, write=not dry_run)
     check_cluster_store(spec, tracker.tracking_uri)  # type: ignore[attr-defined]
+    if not dry_run or skip_finished:
+        check_store(tracker.tracking_uri, write=not dry_run)  # type: ignore[attr-defined]  # creates nothing
     if dry_run:
         result = run_suite(suite, profile, tracker, selection=selection, data_dir=data_dir, config_path=config,
                            overrides=overrides or (), device=device, skip_finished=skip_finished, dry_run=True,
