@@ -292,16 +292,3 @@ def test_skip_finished_resumes_a_suite_from_its_mlflow_store(tmp_path, data_dir)
     assert result.exit_code == 0, result.output
     assert "already finished" not in result.output
     assert len(MlflowTracker(uri).stored_runs("recurbench-ltsf", {})) == 3
-    # A run that another live process (here: this one) is running now is left to it, and said so.
-    from recurbench.processes import process_tags
-
-    tracker = MlflowTracker(uri)
-    config = {k: stored.tags[k] for k in ("suite", "profile", "model", "dataset", "horizon")}
-    rival = tracker._start("recurbench-ltsf", "informer-ETTh1-24-s2", {**process_tags(), **config, "seed": "2"}, None)
-    rival.log_params({**stored.params, "seed": "2"})
-    result = CliRunner().invoke(app, [*args, "--seeds", "3", "--skip-finished"])
-    assert result.exit_code == 0, result.output
-    said = " ".join(result.output.split())
-    assert ("1 run(s) were being run by another process and were left to it (--skip-finished): "
-            f"informer-ETTh1-24-s2 ({rival.run_id})") in said
-    assert "│ 2/3   │" in result.output  # seeds 0 and 1 finished, seed 2 not (yet)
