@@ -1,4 +1,4 @@
-"""Study objectives. Each is a small picklable dataclass (workers are spawned processes) that resolves
+"""Study objectives. Each is a small picklable dataclass (study workers may be Ray tasks) that resolves
 its suite job lazily, inside the worker.
 
 ``LTSFObjective`` tunes an RSA forecaster's REM heads (k1..k6, dilations), its gate initialisation

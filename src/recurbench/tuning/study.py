@@ -29,6 +29,7 @@ import dataclasses
 import hashlib
 import math
 import time
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -51,6 +52,10 @@ from recurbench.tracking import (
     sqlite_file,
     standard_tags,
 )
+
+# Heartbeats, the retry callback, grouped TPE and the figures are all "experimental" in Optuna: one
+# warning per use would bury the one line per trial that `tune` prints.
+warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
 
 DEFAULT_STORAGE = "sqlite:///results/optuna.db"
 PARENT_RUN_ATTR = "mlflow_parent_run_id"
