@@ -159,6 +159,9 @@ class StoreWriter:
                   parent_id: str | None) -> list[str]:
         return self.tracker.end_stale(experiment, tags, reason, status=status, parent_id=parent_id)
 
+    def end_runs(self, run_ids: list[str], reason: str, status: str) -> list[str]:
+        return self.tracker.end_runs(run_ids, reason, status=status)
+
     def stored_runs(self, experiment: str, tags: dict[str, str], status: str) -> list[RunRecord]:
         return self.tracker.stored_runs(experiment, tags, status)
 
@@ -212,6 +215,9 @@ class WriterTracker(Tracker):
     def end_stale(self, experiment: str, tags: Mapping[str, str], reason: str, *, status: str = "FAILED",
                   parent_id: str | None = None) -> list[str]:
         return self._get(self.writer.end_stale.remote(experiment, dict(tags), reason, status, parent_id))
+
+    def end_runs(self, run_ids: Sequence[str], reason: str, *, status: str = "FAILED") -> list[str]:
+        return self._get(self.writer.end_runs.remote(list(run_ids), reason, status))
 
     def stored_runs(self, experiment: str, tags: Mapping[str, str], status: str = "FINISHED") -> list[RunRecord]:
         return self._get(self.writer.stored_runs.remote(experiment, dict(tags), status))

@@ -40,7 +40,7 @@ import traceback
 import urllib.error
 import urllib.request
 from abc import ABC, abstractmethod
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -191,6 +191,11 @@ class Tracker(ABC):
         For runs whose process died without closing them: one driver per store at a time, so a
         RUNNING run of a configuration this driver is about to run belongs to nobody."""
 
+    @abstractmethod
+    def end_runs(self, run_ids: Sequence[str], reason: str, *, status: str = "FAILED") -> list[str]:
+        """End ``status`` those of ``run_ids`` that are RUNNING (parent runs too), with ``reason`` as
+        their ``error`` tag; the ids ended."""
+
     @contextmanager
     def run(
         self,
@@ -285,6 +290,14 @@ class MemoryTracker(Tracker):
                     and (parent_id is None or r.parent_id == parent_id)):
                 r.tags["error"] = reason
                 r.status = status
+                ended.append(r.run_id)
+        return ended
+
+    def end_runs(self, run_ids: Sequence[str], reason: str, *, status: str = "FAILED") -> list[str]:
+        ended = []
+        for r in self.runs:
+            if r.run_id in run_ids and r.status == "RUNNING":
+                r.tags["error"], r.status = reason, status
                 ended.append(r.run_id)
         return ended
 
@@ -507,14 +520,20 @@ class MlflowTracker(Tracker):
         self, experiment: str, tags: Mapping[str, str], reason: str, *, status: str = "FAILED",
         parent_id: str | None = None,
     ) -> list[str]:
+
+        ids = [r.run_id for r in self.stored_runs(experiment, tags, "RUNNING")
+               if parent_id is None or r.parent_id == parent_id]
+        return self.end_runs(ids, reason, status=status)
+
+    def end_runs(self, run_ids: Sequence[str], reason: str, *, status: str = "FAILED") -> list[str]:
         from mlflow.entities import RunTag
 
         ended = []
-        for run in self.stored_runs(experiment, tags, "RUNNING"):
-            if parent_id is None or run.parent_id == parent_id:
-                self.client.log_batch(run.run_id, tags=[RunTag("error", reason)])
-                self.client.set_terminated(run.run_id, status=status)
-                ended.append(run.run_id)
+        for run_id in run_ids:
+            if self.client.get_run(run_id).info.status == "RUNNING":
+                self.client.log_batch(run_id, tags=[RunTag("error", reason)])
+                self.client.set_terminated(run_id, status=status)
+                ended.append(run_id)
         return ended
 
 

@@ -311,6 +311,7 @@ def test_a_run_left_running_by_a_killed_driver_is_ended_failed_then_run_again(to
     assert result.stale == [stale.run_id]
     assert stale.status == "FAILED" and "left RUNNING by an invocation that ended without closing it" in stale.tags["error"]
     assert other.status == "RUNNING"
+    assert orphan_parent.status == "FAILED"  # the killed invocation's parent run ends with it
     assert [o.status for o in result.outcomes] == ["FINISHED"]
     assert sum(r.status == "FINISHED" and r.tags.get("plan_key") == key for r in tracker.runs) == 2
     # With --skip-finished nothing is left to run, and nothing is ended.

@@ -412,13 +412,12 @@ def end_stale_runs(tracker: Tracker, experiment: str, name: str, profile: str, p
     store at a time: nobody is running them); their ids."""
     keys = {plan_key(name, profile, plan) for plan in plans}
     running = tracker.stored_runs(experiment, {"suite": name, "profile": profile}, "RUNNING")
-    ended: list[str] = []
-    for key in sorted({r.tags.get(PLAN_TAG) for r in running} & keys):
-        ended += tracker.end_stale(
-            experiment, {"suite": name, "profile": profile, PLAN_TAG: key},
-            "left RUNNING by an invocation that ended without closing it (killed outright, or its machine "
-            "stopped); this configuration and seed was run again",
-        )
+    reason = ("left RUNNING by an invocation that ended without closing it (killed outright, or its machine "
+              "stopped); this configuration and seed was run again")
+    stale = [r for r in running if r.tags.get(PLAN_TAG) in keys]
+    ended = tracker.end_runs([r.run_id for r in stale], reason)
+    # Their parents too: the invocation that opened them is gone as well.
+    tracker.end_runs(sorted({r.parent_id for r in stale if r.parent_id}), reason.split(";")[0])
     return ended
 
 
