@@ -698,6 +698,69 @@ def bench_forecast_cmd(
     console.print(_table("bench forecast", ["quantity", "value"], rows))
 
 
+@bench_app.command("kernels")
+def bench_kernels_cmd(
+    arch: Annotated[str, typer.Option("--arch", help="CUDA architectures, comma-separated: 80 (A100), 90 (H100/H200).")] = "80,90",
+    as_json: JsonOpt = False,
+) -> None:
+    """Registers, spills, shared memory and occupancy of every Triton kernel configuration, compiled
+    ahead of time (no GPU needed)."""
+    from dataclasses import asdict
+
+    from recurbench.kernels.compile import kernel_resources
+
+    try:
+        archs = [int(a.removeprefix("sm_")) for a in _split_csv([arch]) or []]
+    except ValueError:
+        raise RecurbenchError(f"--arch takes numbers such as 80,90, got {arch!r}") from None
+    with console.status("compiling") as status:
+        rows = kernel_resources(archs, progress=lambda done, total: status.update(f"compiling {done}/{total}"))
+    if as_json:
+        _print_json([asdict(r) for r in rows])
+    else:
+        fmt = lambda x, spec="": "-" if x is None else format(x, spec)  # noqa: E731
+        console.print(_table("Triton kernels compiled ahead of time (spills: stack + local bytes per thread)",
+                             ["kernel", "configuration", "arch", "registers", "spills", "shared", "occupancy",
+                              "default", "uses"],
+                             [[r.kernel, r.configuration, f"sm_{r.arch}", fmt(r.registers), fmt(r.spill_bytes),
+                               fmt(r.shared_bytes), fmt(r.occupancy, ".3f"), "yes" if r.default else "no",
+                               len(r.workloads)] for r in rows]))
+    failed = [r for r in rows if r.error]
+    if failed:
+        raise RecurbenchError(f"{len(failed)} configuration(s) failed to compile, first: {failed[0].kernel} "
+                              f"[{failed[0].configuration}] sm_{failed[0].arch}: {failed[0].error}")
+
+
+@bench_app.command("memattn")
+def bench_memattn_cmd(
+    windows: Annotated[list[str] | None, typer.Option("--windows", help="MemLSTM windows (slots) besides RelLSTM's 5 + 5.")] = None,
+    batch: Annotated[int, typer.Option("--batch", help="Environments.")] = 16,
+    attention_size: Annotated[int, typer.Option("--attention-size")] = 32,
+    hidden_size: Annotated[int, typer.Option("--hidden-size")] = 64,
+    steps: Annotated[int, typer.Option("--steps", help="Consecutive steps per timed run.")] = 50,
+    repeats: Annotated[int, typer.Option("--repeats", help="Timed runs (median).")] = 5,
+    device: BenchDeviceOpt = "auto",
+    as_json: JsonOpt = False,
+) -> None:
+    """One memory-attention step: the fused Triton kernel (CUDA) against the PyTorch reference."""
+    from recurbench.kernels.memattn.bench import MEMORIES, bench_memattn
+
+    try:
+        memories = MEMORIES if not windows else [(5, 5), *((int(w), 0) for w in _split_csv(windows) or [])]
+    except ValueError:
+        raise RecurbenchError(f"--windows takes numbers such as 100,2000, got {','.join(windows)!r}") from None
+    _at_least(1, batch=batch, attention_size=attention_size, hidden_size=hidden_size, steps=steps, repeats=repeats,
+              windows=min(nu for nu, _ in memories))
+    result = bench_memattn(memories=memories, batch=batch, attention_size=attention_size, hidden_size=hidden_size,
+                           steps=steps, repeats=repeats, device=device)
+    if as_json:
+        return _print_json(result)
+    cols = ["nu", "rho", "time_reference_ms", "time_triton_ms", "speedup", "max_abs_err_read", "max_abs_err_memory"]
+    fmt = lambda x: f"{x:.4g}" if isinstance(x, float) else ("-" if x is None else x)  # noqa: E731
+    console.print(_table(f"memory-attention step, {batch} envs, A={attention_size} H={hidden_size} ({result['device']})",
+                         cols, [[fmt(r[c]) for c in cols] for r in result["rows"]]))
+
+
 @bench_app.command("rl")
 def bench_rl_cmd(
     cores: Annotated[list[str] | None, typer.Option("--cores", help="Memory cores (default: all).")] = None,

@@ -1,9 +1,12 @@
 """Fused Triton kernel for one memory-attention step (insert/evict, scores, masked softmax, read).
 
 One program per environment. The slot tile ``[BLOCK_S]`` covers every slot; the key and value rows
-are walked in chunks of ``BLOCK_A`` / ``BLOCK_H`` columns. The insert and the relevant-set update are
-applied to the tiles in registers before attention (so the result never depends on whether a
-thread saw a row before or after it was rewritten), then written back in place after a barrier.
+are walked in chunks of ``BLOCK_A`` / ``BLOCK_H`` columns, chosen with the warp count by
+:func:`_step_launch` so that a ``[BLOCK_S, BLOCK_A]`` tile is at most 32 elements per thread (with
+4 warps and 16 columns, 1024 slots and more spilled registers on sm_90: ``recurbench bench kernels``).
+The insert and the relevant-set update are applied to the tiles in registers before attention (so
+the result never depends on whether a thread saw a row before or after it was rewritten), then
+written back in place after a barrier.
 Semantics are exactly :func:`recurbench.kernels.memattn.naive.memory_attention_step_reference`;
 this path has no backward and is used for acting and evaluation (no gradients).
 
@@ -17,6 +20,7 @@ import triton
 import triton.language as tl
 from torch import Tensor
 
+from recurbench.kernels.compile import KernelLaunch
 from recurbench.kernels.memattn.naive import MemoryStep
 
 
@@ -125,12 +129,38 @@ def memory_attention_step_triton(
     )
     read = torch.empty(B, H, device=keys.device, dtype=values.dtype)
     alpha = torch.empty(B, S, device=keys.device, dtype=torch.float32)
-    block_s = triton.next_power_of_2(S)
-    block_a = min(triton.next_power_of_2(A), max(16, 4096 // block_s))
-    block_h = min(triton.next_power_of_2(H), max(16, 4096 // block_s))
-    _memattn_step_kernel[(B,)](
-        query, keys, values, scores, valid, steps, new_key, new_value, v, read, alpha,
-        S, A, H, nu,
-        BLOCK_S=block_s, BLOCK_A=block_a, BLOCK_H=block_h, HAS_RELEVANT=S > nu,
-    )
+    launch = _step_launch(query, keys, values, scores, valid, steps, new_key, new_value, v, read, alpha, nu=nu)
+    launch.kernel[launch.grid](*launch.args, **launch.meta)
     return MemoryStep(read, alpha.to(values.dtype), keys, values, scores, valid)
+
+
+def _step_launch(
+    query: Tensor, keys: Tensor, values: Tensor, scores: Tensor, valid: Tensor, steps: Tensor, new_key: Tensor,
+    new_value: Tensor, v: Tensor, read: Tensor, alpha: Tensor, *, nu: int,
+) -> KernelLaunch:
+    """The step's launch: one program per environment, one warp per 32 slots (4 to 16 warps), and
+    column blocks of at most 32 tile elements per thread."""
+    B, S, A = keys.shape
+    H = values.shape[2]
+    block_s = triton.next_power_of_2(S)
+    num_warps = min(16, max(4, block_s // 32))
+    tile = 32 * 32 * num_warps
+    block_a = min(triton.next_power_of_2(A), max(1, tile // block_s))
+    block_h = min(triton.next_power_of_2(H), max(1, tile // block_s))
+    return KernelLaunch(
+        _memattn_step_kernel, (B,),
+        (query, keys, values, scores, valid, steps, new_key, new_value, v, read, alpha, S, A, H, nu),
+        dict(BLOCK_S=block_s, BLOCK_A=block_a, BLOCK_H=block_h, HAS_RELEVANT=S > nu, num_warps=num_warps),
+    )
+
+
+def step_launches(batch: int, slots: int, attention_size: int, hidden_size: int, nu: int, *,
+                  device: torch.device | str = "meta") -> list[KernelLaunch]:
+    """The launches :func:`memory_attention_step_triton` makes for a memory of this size (fp32 tensors
+    on ``device``; ``meta`` for compiling ahead of time, :mod:`recurbench.kernels.compile`)."""
+    def empty(*shape: int) -> Tensor:
+        return torch.empty(*shape, device=device)
+
+    B, S, A, H = batch, slots, attention_size, hidden_size
+    return [_step_launch(empty(B, A), empty(B, S, A), empty(B, S, H), empty(B, S), empty(B, S), empty(B),
+                         empty(B, A), empty(B, H), empty(A), empty(B, H), empty(B, S), nu=nu)]

@@ -19,17 +19,26 @@ All powers are precomputed in PyTorch as short tables (non-negative exponents on
 ``tl.dot`` shapes are C x C by C x BD with C, BD >= 16 (powers of two). fp32 inputs use TF32 in the
 block products only when ``torch.backends.cuda.matmul.allow_tf32`` is set; fp64 uses IEEE.
 
+Every launch is described by :func:`_geometry` (block sizes, precision, warps) and built by
+:func:`_scan_launches` / :func:`_dparam_launches`, which the op runs and which
+:mod:`recurbench.kernels.compile` compiles ahead of time for sm_80 and sm_90 (registers, spills,
+shared memory: ``recurbench bench kernels``). The tile limits in :func:`_geometry` come from there:
+with IEEE products, C = 64 spilled registers on both architectures, and so did C x BD = 32 x 32 in fp64.
+
 The operator is registered with ``torch.library.triton_op`` (``torch.ops.recurbench.rem_scan``) with
 its backward, so ``torch.compile`` sees through it.
 """
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import torch
 import triton
 import triton.language as tl
 from torch.library import triton_op, wrap_triton
 
+from recurbench.kernels.compile import KernelLaunch
 from recurbench.kernels.rem.heads import HeadLayout, kernel_values, powers
 
 
@@ -57,7 +66,14 @@ def _lane(pid, LANES, n_lanes, T, C: tl.constexpr):
     return b, h, r, d, n_steps, (n_steps + C - 1) // C
 
 
-@triton.jit
+# Triton specialises integer arguments on being 1 or a multiple of 16 (one compiled kernel per
+# combination). That pays for the strides (aligned, vectorised row loads) but not for the sequence
+# length, the lane count or the table sizes, which only bound loops and index the small tables: without
+# this, every model shape would compile its own copy (``recurbench bench kernels`` lists the copies).
+_PLAIN_INTS = ["T", "n_lanes", "n_lookback", "kt"]
+
+
+@triton.jit(do_not_specialize=_PLAIN_INTS)
 def _rem_fwd_kernel(
     X, Y, FTAB, ZRE, ZIM, COEF, LANES,
     T, D, n_lanes, n_lookback, kt,
@@ -113,7 +129,7 @@ def _rem_fwd_kernel(
         tl.store(y_ptrs, y.to(Y.dtype.element_ty), mask=mask)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=_PLAIN_INTS)
 def _rem_dparam_kernel(
     X, DY, DZRE, DZIM, ZRE, ZIM, LANES, PARTIAL,
     T, D, n_lanes, n_lookback, kt,
@@ -192,13 +208,43 @@ def _rem_dparam_kernel(
 # ----------------------------------------------------------------------------------------- wrappers
 
 
-def _geometry(x: torch.Tensor, min_dilation: int, chunk: int | None, truncate: int | None):
+TRITON_DEFAULT_CHUNK = 32
+"""Chunk length C unless ``chunk_size`` asks for another (a power of two >= 16, at most the longest lane)."""
+
+TILE_ELEMENTS = {4: 2048, 8: 512}
+"""Most C x BD elements one program holds, by element size (fp32, fp64). Larger tiles spill registers
+in the parameter-gradient kernel on sm_80 and sm_90 (``recurbench bench kernels``)."""
+
+
+class ScanGeometry(NamedTuple):
+    """The compile-time shape of one call's launches (shared by the forward and backward kernels)."""
+
+    C: int
+    """Chunk length: rows of the C x C Toeplitz block."""
+    BD: int
+    """Feature columns per program."""
+    truncate: int | None
+    """The truncation, or None where it cannot bite (K >= T - 1)."""
+    n_lookback: int
+    """Previous chunks a truncated walk reads."""
+    kt: int
+    """Length of each head's kernel table."""
+    prec: str
+    """``tl.dot`` input precision."""
+    num_warps: int
+
+
+def _geometry(
+    x: torch.Tensor, min_dilation: int, chunk: int | None, truncate: int | None, *, tf32: bool | None = None
+) -> ScanGeometry:
+    """Block sizes and launch settings for ``x`` ``[B, T, H, D]``; ``tf32=None`` follows torch's flag."""
     T, D = x.shape[1], x.shape[3]
     longest = -(-T // min_dilation)
     C = 16
-    while C < min(chunk or 64, longest):
+    while C < min(chunk or TRITON_DEFAULT_CHUNK, longest):
         C *= 2
-    BD = min(64, max(16, triton.next_power_of_2(D)))
+    tile = TILE_ELEMENTS.get(x.element_size(), TILE_ELEMENTS[4])
+    BD = min(64, max(16, triton.next_power_of_2(D)), max(16, tile // C))
     if truncate is not None and truncate >= T - 1:
         truncate = None
     n_chunks = -(-longest // C)
@@ -206,13 +252,16 @@ def _geometry(x: torch.Tensor, min_dilation: int, chunk: int | None, truncate: i
     if truncate is not None and truncate > 0:
         n_lookback = min(n_chunks - 1, (truncate - 1) // C + 1)
     kt = (n_lookback + 1) * C + 1
-    return C, BD, truncate, n_lookback, kt
+    # The largest tile (fp32, 32 x 64) needs 8 warps: with 4 the parameter-gradient kernel spilled
+    # (255 registers and 32-40 bytes of stack per thread on sm_80 and sm_90; 8 warps: about 180, none).
+    num_warps = 8 if C * BD >= 2048 else 4
+    return ScanGeometry(C, BD, truncate, n_lookback, kt, _precision(x.dtype, tf32), num_warps)
 
 
-def _precision(dtype: torch.dtype) -> str:
-    if dtype == torch.float32 and torch.backends.cuda.matmul.allow_tf32:
-        return "tf32"
-    return "ieee"
+def _precision(dtype: torch.dtype, tf32: bool | None = None) -> str:
+    if tf32 is None:
+        tf32 = torch.backends.cuda.matmul.allow_tf32
+    return "tf32" if dtype == torch.float32 and tf32 else "ieee"
 
 
 def _tables(base, angle, coef, C, kt, truncate):
@@ -230,27 +279,81 @@ def _derivative_tables(base, angle, kt, truncate):
     return (re * scale).contiguous(), (im * scale).contiguous()
 
 
-def _launch_scan(x, y, base, angle, coef, lanes, geo, *, reverse, accumulate):
-    B, T, H, D = x.shape
-    C, BD, truncate, n_lookback, kt = geo
-    ftab, zre, zim = _tables(base, angle, coef, C, kt, truncate)
-    grid = (B * lanes.shape[0], triton.cdiv(D, BD))
-    wrap_triton(_rem_fwd_kernel)[grid](
-        x, y, ftab, zre, zim, coef, lanes,
-        T, D, lanes.shape[0], n_lookback, kt,
-        x.stride(0), x.stride(1), x.stride(2),
-        C=C, BD=BD, REVERSE=reverse, TRUNCATED=truncate is not None, ACCUMULATE=accumulate,
-        PREC=_precision(x.dtype),
-    )
+def _grid(x: torch.Tensor, lanes: torch.Tensor, geo: ScanGeometry) -> tuple[int, int]:
+    """One program per (batch, lane, feature block)."""
+    return x.shape[0] * lanes.shape[0], triton.cdiv(x.shape[3], geo.BD)
+
+
+def _scan_launches(x, y, base, angle, coef, lanes, masked: bool, geo: ScanGeometry, *, transpose: bool):
+    """The lane walks of y = P x (P' x when ``transpose``), in order: the causal walk (reversed for a
+    masked transpose), then, unmasked, the reversed walk adding the anti-causal half into y."""
+    T, D = x.shape[1], x.shape[3]
+    ftab, zre, zim = _tables(base, angle, coef, geo.C, geo.kt, geo.truncate)
+    walks = [(transpose and masked, False)] + ([] if masked else [(True, True)])
+    return [
+        KernelLaunch(
+            _rem_fwd_kernel, _grid(x, lanes, geo),
+            (x, y, ftab, zre, zim, coef, lanes, T, D, lanes.shape[0], geo.n_lookback, geo.kt,
+             x.stride(0), x.stride(1), x.stride(2)),
+            dict(C=geo.C, BD=geo.BD, REVERSE=reverse, TRUNCATED=geo.truncate is not None, ACCUMULATE=accumulate,
+                 PREC=geo.prec, num_warps=geo.num_warps),
+        )
+        for reverse, accumulate in walks
+    ]
+
+
+def _dparam_partials(x, lanes, masked: bool, geo: ScanGeometry) -> torch.Tensor:
+    """Per-program partial sums of the parameter-gradient kernel: ``[walks, programs, blocks, 2]``."""
+    return torch.zeros(1 if masked else 2, *_grid(x, lanes, geo), 2, dtype=x.dtype, device=x.device)
+
+
+def _dparam_launches(x, dy, base, angle, lanes, partial, masked: bool, geo: ScanGeometry):
+    """The parameter-gradient walks: causal, plus the reversed one when unmasked (``partial[k]`` each)."""
+    T, D = x.shape[1], x.shape[3]
+    zre, zim = powers(base, angle, torch.arange(geo.C + 1, device=x.device))
+    dzre, dzim = _derivative_tables(base, angle, geo.kt, geo.truncate)
+    return [
+        KernelLaunch(
+            _rem_dparam_kernel, _grid(x, lanes, geo),
+            (x, dy, dzre, dzim, zre.contiguous(), zim.contiguous(), lanes, partial[k],
+             T, D, lanes.shape[0], geo.n_lookback, geo.kt, x.stride(0), x.stride(1), x.stride(2)),
+            dict(C=geo.C, BD=geo.BD, REVERSE=reverse, TRUNCATED=geo.truncate is not None, PREC=geo.prec,
+                 num_warps=geo.num_warps),
+        )
+        for k, reverse in enumerate([False] if masked else [False, True])
+    ]
+
+
+def _run(launches: list[KernelLaunch]) -> None:
+    for launch in launches:
+        wrap_triton(launch.kernel)[launch.grid](*launch.args, **launch.meta)
 
 
 def _apply(x, base, angle, coef, lanes, masked, geo, *, transpose=False):
     """y = P x (or P' x): causal lane walk, plus the reversed walk when unmasked."""
     y = torch.empty_like(x)
-    _launch_scan(x, y, base, angle, coef, lanes, geo, reverse=transpose and masked, accumulate=False)
-    if not masked:
-        _launch_scan(x, y, base, angle, coef, lanes, geo, reverse=True, accumulate=True)
+    _run(_scan_launches(x, y, base, angle, coef, lanes, masked, geo, transpose=transpose))
     return y
+
+
+def training_launches(
+    x: torch.Tensor, layout: HeadLayout, *, masked: bool, truncate: int | None, chunk: int | None,
+    tf32: bool | None = None,
+) -> list[KernelLaunch]:
+    """Every launch of one forward and backward pass of the op on ``x`` ``[B, T, H, D]`` (the square
+    span), built by the functions the op runs; on any device (``meta`` for compiling ahead of time)."""
+    device = x.device
+    base = torch.empty(layout.n_heads, dtype=x.dtype, device=device)
+    angle = torch.empty_like(base)
+    coef = layout.coef(x.dtype, device)
+    lanes = _lane_table(layout, device)
+    geo = _geometry(x, min(layout.dilations), chunk, truncate, tf32=tf32)
+    partial = _dparam_partials(x, lanes, masked, geo)
+    return [
+        *_scan_launches(x, torch.empty_like(x), base, angle, coef, lanes, masked, geo, transpose=False),
+        *_scan_launches(x, torch.empty_like(x), base, angle, coef, lanes, masked, geo, transpose=True),
+        *_dparam_launches(x, x, base, angle, lanes, partial, masked, geo),
+    ]
 
 
 @triton_op("recurbench::rem_scan", mutates_args=())
@@ -272,18 +375,8 @@ def rem_scan_backward(
     geo = _geometry(x, min_dilation, chunk, truncate)
     dx = _apply(dy, base, angle, coef, lanes, masked, geo, transpose=True)
     B, T, H, D = x.shape
-    C, BD, truncate, n_lookback, kt = geo
-    zre, zim = powers(base, angle, torch.arange(C + 1, device=x.device))
-    dzre, dzim = _derivative_tables(base, angle, kt, truncate)
-    grid = (B * lanes.shape[0], triton.cdiv(D, BD))
-    partial = torch.zeros(2 if not masked else 1, grid[0], grid[1], 2, dtype=x.dtype, device=x.device)
-    for k, reverse in enumerate([False] if masked else [False, True]):
-        wrap_triton(_rem_dparam_kernel)[grid](
-            x, dy, dzre, dzim, zre.contiguous(), zim.contiguous(), lanes, partial[k],
-            T, D, lanes.shape[0], n_lookback, kt,
-            x.stride(0), x.stride(1), x.stride(2),
-            C=C, BD=BD, REVERSE=reverse, TRUNCATED=truncate is not None, PREC=_precision(x.dtype),
-        )
+    partial = _dparam_partials(x, lanes, masked, geo)
+    _run(_dparam_launches(x, dy, base, angle, lanes, partial, masked, geo))
     per_lane = partial.sum(dim=(0, 2)).view(B, lanes.shape[0], 2).sum(0)  # [n_lanes, 2]
     Bz = torch.zeros(H, 2, dtype=x.dtype, device=x.device).index_add_(0, lanes[:, 0].long(), per_lane)
     # u = e^{i angle} B;  d/dbase = Re(c u),  d/dangle = base * Re(i c u) = -base * Im(c u)
@@ -322,8 +415,13 @@ def rem_triton_square(
     chunk_size: int | None = None,
 ) -> torch.Tensor:
     """Square REM product through the Triton op; ``x`` ``[B, T, H, D]``."""
-    lanes = torch.tensor(
-        [(h, r, d) for h, d in enumerate(layout.dilations) for r in range(d)], dtype=torch.int32, device=x.device
-    )
     coef = layout.coef(x.dtype, x.device)
-    return rem_scan(x.contiguous(), base, angle, coef, lanes, masked, truncate, chunk_size, min(layout.dilations))
+    return rem_scan(x.contiguous(), base, angle, coef, _lane_table(layout, x.device), masked, truncate, chunk_size,
+                    min(layout.dilations))
+
+
+def _lane_table(layout: HeadLayout, device: torch.device) -> torch.Tensor:
+    """``[n_lanes, 3]`` int32 rows (head, residue, dilation): one per residue class of each head."""
+    return torch.tensor(
+        [(h, r, d) for h, d in enumerate(layout.dilations) for r in range(d)], dtype=torch.int32, device=device
+    )
