@@ -328,6 +328,10 @@ def run_cmd(
     horizons: Annotated[list[str] | None, typer.Option("--horizons", help="LTSF: horizons to run.")] = None,
     models: Annotated[list[str] | None, typer.Option("--models", help="Models (forecasters) or cores (agents) to run.")] = None,
     envs: Annotated[list[str] | None, typer.Option("--envs", help="MiniGrid: env pairs to run (see `recurbench list envs`).")] = None,
+    languages: Annotated[
+        list[str] | None,
+        typer.Option("--languages", help="langs: languages to run (parity, tomita3, tomita5, tomita6, d2, d4)."),
+    ] = None,
     seeds: Annotated[int | None, typer.Option("--seeds", help="Number of seeds, overriding the profile.")] = None,
     first_seed: Annotated[
         int, typer.Option("--first-seed", help="First seed: runs seeds S..S+N-1 (add seeds to a finished set).")
@@ -368,7 +372,8 @@ def run_cmd(
     if suite not in SUITES:
         raise RecurbenchError(f"unknown suite {suite!r}; known suites: {', '.join(SUITES)}")
     selection: dict[str, Any] = {}
-    for key, value in (("datasets", datasets), ("horizons", horizons), ("models", models), ("envs", envs)):
+    for key, value in (("datasets", datasets), ("horizons", horizons), ("models", models), ("envs", envs),
+                       ("languages", languages)):
         if (items := _split_csv(value)) is not None:
             selection[key] = items
     _at_least(1, seeds=seeds)
@@ -541,7 +546,7 @@ def tune_cmd(
 
 @app.command("compare")
 def compare_cmd(
-    suite: Annotated[str, typer.Argument(help="Suite whose runs to compare: ltsf | minigrid.")],
+    suite: Annotated[str, typer.Argument(help="Suite whose runs to compare: ltsf | minigrid | langs.")],
     experiment: Annotated[str | None, typer.Option("--experiment", help="MLflow experiment (default: recurbench-SUITE).")] = None,
     reference: Annotated[str, typer.Option("--reference", help="paper: the published values beside ours; none: ours only.")] = "paper",
     fmt: Annotated[str, typer.Option("--format", help="table | markdown | csv | latex")] = "table",
@@ -569,7 +574,7 @@ def compare_cmd(
 
 @app.command("report")
 def report_cmd(
-    suite: Annotated[str, typer.Argument(help="Suite whose runs to report: ltsf | minigrid.")],
+    suite: Annotated[str, typer.Argument(help="Suite whose runs to report: ltsf | minigrid | langs.")],
     out: Annotated[str, typer.Option("--out", help="Folder to write the report and its figures into.")],
     fmt: Annotated[str, typer.Option("--format", help="html (one self-contained file) | markdown (report.md + PNGs)")] = "html",
     experiment: Annotated[str | None, typer.Option("--experiment", help="MLflow experiment (default: recurbench-SUITE).")] = None,

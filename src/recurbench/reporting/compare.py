@@ -53,6 +53,13 @@ LAYOUTS: dict[str, SuiteLayout] = {
         ("env", "agent"),
         {"train_reward": "train_reward", "test_reward": "test_reward", "generalisation_ratio": "generalisation_ratio"},
     ),
+    "langs": SuiteLayout(  # last epoch and each bin's best epoch (recurbench.reporting.langs)
+        ("language", "model"),
+        {"bin0_acc": "bin0_last", "bin1_acc": "bin1_last", "bin0_acc_best": "bin0_best", "bin1_acc_best": "bin1_best"},
+    ),
+    "memory": SuiteLayout(  # held-out and training-batch accuracy (recurbench.reporting.memory)
+        ("task", "T", "model", "nu", "rho"), {"accuracy": "accuracy", "train_accuracy": "train_accuracy"}, ("T",)
+    ),
 }
 
 
@@ -165,6 +172,14 @@ def compare_runs(runs: SuiteRuns, *, reference: str = "paper", by: Sequence[str]
         _ltsf_complete(comparison, reference)
     elif default and runs.suite == "minigrid":
         _minigrid_complete(comparison, reference, frame)
+    elif default and runs.suite == "langs":
+        from recurbench.reporting.langs import langs_complete
+
+        langs_complete(comparison, reference)
+    elif default and runs.suite == "memory":
+        from recurbench.reporting.memory import memory_complete
+
+        memory_complete(comparison, reference)
     return comparison
 
 

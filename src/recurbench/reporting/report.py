@@ -84,7 +84,13 @@ def write_report(
     out = Path(out)
     fig_dir = out / "figures"
     fig_dir.mkdir(parents=True, exist_ok=True)
-    built, omitted = (_ltsf_figures if suite == "ltsf" else _minigrid_figures)(runs, comparison, fig_dir)
+    if suite == "langs":
+        from recurbench.reporting.langs import langs_figures as build
+    elif suite == "memory":
+        from recurbench.reporting.memory import memory_figures as build
+    else:
+        build = _ltsf_figures if suite == "ltsf" else _minigrid_figures
+    built, omitted = build(runs, comparison, fig_dir)
     path = (_write_html if fmt == "html" else _write_markdown)(out, runs, comparison, built, omitted)
     logged = None
     if log_to_mlflow and runs.latest_parent_id:

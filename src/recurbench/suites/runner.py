@@ -198,7 +198,12 @@ def _definitions() -> dict[str, Callable[[], SuiteDefinition]]:
 
         return MinigridSuite()
 
-    return {"ltsf": ltsf, "minigrid": minigrid}
+    def langs() -> SuiteDefinition:
+        from recurbench.suites.langs import LangsSuite
+
+        return LangsSuite()
+
+    return {"ltsf": ltsf, "minigrid": minigrid, "langs": langs}
 
 
 SUITES: dict[str, Callable[[], SuiteDefinition]] = _definitions()
