@@ -61,8 +61,12 @@ def test_mlflow_tracker_records_nested_runs_and_failures(tmp_path):
     assert [a.path for a in client.list_artifacts(runs["child"].info.run_id, "rem")] == ["rem/params.json"]
 
 
-def test_sigterm_ends_the_runs_in_progress_killed(tmp_path):
-    """A scheduler's stop (SIGTERM) must not leave runs RUNNING: the CLI unwinds and ends them KILLED."""
+@pytest.mark.parametrize("engine", ["serial", "ray"])
+def test_sigterm_ends_the_runs_in_progress_killed(tmp_path, engine):
+    """A scheduler's stop (SIGTERM) must not leave runs RUNNING: the CLI unwinds and ends them KILLED
+    (under Ray too, whose own SIGTERM handler would exit instead: the driver cancels its tasks)."""
+    if engine == "ray":
+        pytest.importorskip("ray")
     import signal
     import sqlite3
     import subprocess
@@ -73,7 +77,8 @@ def test_sigterm_ends_the_runs_in_progress_killed(tmp_path):
 
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     cmd = [sys.executable, "-c", "from recurbench.cli import main; main()", "run", "minigrid", "--profile", "quick",
-           "--envs", "GoToObject", "--models", "lstm", "--total-timesteps", "100000000", "--tracking-uri", uri]
+           "--envs", "GoToObject", "--models", "lstm", "--total-timesteps", "100000000", "--tracking-uri", uri,
+           "--engine", engine]
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.monotonic() + 120
@@ -103,8 +108,10 @@ def test_sigterm_ends_the_runs_in_progress_killed(tmp_path):
     client = MlflowClient(uri)
     runs = client.search_runs([e.experiment_id for e in client.search_experiments()])
     status = {r.info.run_name: (r.info.status, r.data.tags.get("error")) for r in runs}
-    assert status["GoToObject-lstm-s0"] == ("KILLED", f"KeyboardInterrupt: terminated by signal {signal.SIGTERM.value}")
-    assert status["minigrid-quick"][0] == "KILLED"
+    error = (f"KeyboardInterrupt: terminated by signal {signal.SIGTERM.value}" if engine == "serial" else
+             "KeyboardInterrupt: the driver was stopped (KeyboardInterrupt) and cancelled its Ray tasks")
+    assert status["GoToObject-lstm-s0"] == ("KILLED", error)
+    assert status["minigrid-quick"][0] == "KILLED" and status["minigrid-quick"][1].startswith("KeyboardInterrupt")
 
 
 def test_a_tracking_uri_mlflow_cannot_serve_is_a_config_error_with_the_password_hidden():

@@ -28,6 +28,8 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
+import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -332,11 +334,18 @@ def open_session(spec: EngineSpec, tracker: Tracker) -> Iterator[Session]:
     started = not ray.is_initialized()  # else: a caller's instance (a notebook's, a test's), left running
     if started:
         kwargs: dict[str, Any] = {"logging_level": logging.WARNING, "include_dashboard": False}
+        # ray.init installs its own SIGTERM handler (sys.exit, then an abort): keep ours, which unwinds
+        # like Ctrl-C so that the tasks are cancelled and their runs end KILLED.
+        handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
         if spec.cluster_address is not None:
             ray.init(address=spec.cluster_address, **kwargs)
         else:
             workers = spec.workers or max(1, int((os.cpu_count() or 1) // spec.cpus_per_run))
             ray.init(num_cpus=max(1, round(workers * spec.cpus_per_run)), **kwargs)
+        if threading.current_thread() is threading.main_thread():
+            for sig, handler in handlers.items():
+                if handler is not None:
+                    signal.signal(sig, handler)
     try:
         session_tracker: Tracker = tracker
         writer = None
