@@ -340,6 +340,8 @@ def open_session(spec: EngineSpec, tracker: Tracker) -> Iterator[Session]:
         if spec.cluster_address is not None:
             ray.init(address=spec.cluster_address, **kwargs)
         else:
+            # Ray starts its workers at nice 15 by default; training runs at the priority the command has.
+            os.environ.setdefault("RAY_worker_niceness", "0")
             workers = spec.workers or max(1, int((os.cpu_count() or 1) // spec.cpus_per_run))
             ray.init(num_cpus=max(1, round(workers * spec.cpus_per_run)), **kwargs)
         if threading.current_thread() is threading.main_thread():
