@@ -362,8 +362,8 @@ def _execute(
         outcomes[todo[k]] = RunOutcome(plan, "FAILED", error=error, run_id=ids[0] if ids else None)
         progress_of(k)(1, 1, "failed: " + error)
 
-    if not in_task:
-        jobs = [(*job[:-1], False, progress_of(k)) for k, job in enumerate(jobs)]
+    if not in_task:  # a progress bar per run, drawn when the run starts
+        jobs = [(*job[:-1], False, lambda *a, k=k: progress_of(k)(*a)) for k, job in enumerate(jobs)]
     try:
         session.map(execute_plan, jobs, on_done, on_crash, on_start)
     except (KeyboardInterrupt, SystemExit) as exc:
