@@ -51,6 +51,9 @@ class TrainConfig:
     """Cap on validation batches (the first ones, deterministic); None = all. Test is never capped."""
     eval_batch_size: int = 256
     """Batch size for validation and test (only speed; results do not depend on it)."""
+    test_stride: int = 1
+    """Score every n-th test window (1 = every window, Informer's protocol). Only the ltsf suite's
+    ``small`` profile, which runs the whole Table 1 grid at smoke scale, thins its test sets."""
     rsa_lr_factor: float = 1.0
     """The RSA parameters (every layer's gate mu and its heads' eta, nu, theta) train at
     ``learning_rate * rsa_lr_factor``, halved with it. At 1 (Informer's scheme for every weight) Adam moves
@@ -68,7 +71,7 @@ class TrainConfig:
 
     def __post_init__(self) -> None:
         for name in ("epochs", "batch_size", "lr_hold_epochs", "patience", "max_train_batches", "max_val_batches",
-                     "eval_batch_size", "val_checks_per_epoch"):
+                     "eval_batch_size", "val_checks_per_epoch", "test_stride"):
             value = getattr(self, name)
             if value is None and name.startswith("max_"):
                 continue

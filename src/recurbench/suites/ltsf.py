@@ -119,6 +119,8 @@ class TrainingSettings(StrictModel):
     """The gates alone at learning_rate x this; null = rsa_lr_factor (TrainConfig.rsa_gate_lr_factor)."""
     val_checks_per_epoch: PositiveInt = 1
     """Validation checks per epoch; patience counts checks (TrainConfig.val_checks_per_epoch; 1 = Informer)."""
+    test_stride: PositiveInt = 1
+    """Score every n-th test window (TrainConfig.test_stride; 1 = every window, Informer's protocol)."""
 
     @field_validator("rsa_lr_factor", mode="wrap")
     @classmethod
@@ -230,7 +232,7 @@ def _job(
         epochs=ts.epochs, batch_size=ts.batch_size, learning_rate=ts.learning_rate, lr_decay=ts.lr_decay,
         lr_hold_epochs=ts.lr_hold_epochs,
         patience=ts.patience, max_train_batches=ts.max_train_batches, max_val_batches=ts.max_val_batches,
-        val_checks_per_epoch=ts.val_checks_per_epoch,
+        val_checks_per_epoch=ts.val_checks_per_epoch, test_stride=ts.test_stride,
     )
     training = _training_for(model, shared, ts)
     rsa = None
@@ -396,6 +398,8 @@ class LTSFSuite(SuiteDefinition):
         result = train(network, data.train.dataset(), data.val.dataset(), job.window.pred_len, job.training,
                        on_epoch=on_epoch, on_batch=on_batch, on_check=on_check)
         test_set = data.test.dataset()
+        if job.training.test_stride > 1:
+            test_set = torch.utils.data.Subset(test_set, range(0, len(test_set), job.training.test_stride))
         test = evaluate(network, test_set, job.window.pred_len, batch_size=job.training.eval_batch_size)
         gates, rem = rsa_state(network)
         metrics = {
