@@ -328,6 +328,7 @@ def run_cmd(
     horizons: Annotated[list[str] | None, typer.Option("--horizons", help="LTSF: horizons to run.")] = None,
     models: Annotated[list[str] | None, typer.Option("--models", help="Models (forecasters) or cores (agents) to run.")] = None,
     envs: Annotated[list[str] | None, typer.Option("--envs", help="MiniGrid: env pairs to run (see `recurbench list envs`).")] = None,
+    pairs: Annotated[list[str] | None, typer.Option("--pair", help="MiniGrid: a train/test pair of gymnasium ids, TRAIN_ID:TEST_ID (repeatable).")] = None,
     languages: Annotated[
         list[str] | None,
         typer.Option("--languages", help="langs: languages to run (parity, tomita3, tomita5, tomita6, d2, d4)."),
@@ -373,7 +374,7 @@ def run_cmd(
         raise RecurbenchError(f"unknown suite {suite!r}; known suites: {', '.join(SUITES)}")
     selection: dict[str, Any] = {}
     for key, value in (("datasets", datasets), ("horizons", horizons), ("models", models), ("envs", envs),
-                       ("languages", languages)):
+                       ("languages", languages), ("pairs", pairs)):
         if (items := _split_csv(value)) is not None:
             selection[key] = items
     _at_least(1, seeds=seeds)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from recurbench.agents.cores import AttentiveLSTMCore, LSTMCore, make_core
+from recurbench.agents.cores import AttentiveLSTMCore, EpisodeMemLSTMCore, LSTMCore, make_core
 from recurbench.errors import ConfigError
 
 
@@ -15,10 +15,14 @@ def _cores():
         "lstm": make_core("lstm", 6, 8),
         "memlstm": make_core("memlstm", 6, 8, attention_size=4, memory_window=20),
         "rellstm": make_core("rellstm", 6, 8, attention_size=4, nu=2, rho=3),
+        "episode_memlstm": EpisodeMemLSTMCore(6, 8, max_window=20, attention_size=4),
     }
 
 
-@pytest.mark.parametrize("name", ["lstm", "memlstm", "rellstm"])
+NAMES = ["lstm", "memlstm", "rellstm", "episode_memlstm"]
+
+
+@pytest.mark.parametrize("name", NAMES)
 def test_episode_start_clears_only_the_starting_rows(name):
     core = _cores()[name]
     B, x = 3, torch.randn(12, 3, 6)
@@ -36,7 +40,7 @@ def test_episode_start_clears_only_the_starting_rows(name):
         torch.testing.assert_close(a[1:2], b)
 
 
-@pytest.mark.parametrize("name", ["lstm", "memlstm", "rellstm"])
+@pytest.mark.parametrize("name", NAMES)
 def test_forward_sequence_equals_stepping_with_resets(name):
     core = _cores()[name]
     T, B = 10, 4
@@ -64,6 +68,39 @@ def test_memlstm_attends_over_every_state_since_the_episode_started():
     valid = state[7]
     # h_t is stored at step t+1: env 0 holds h_1..h_8; env 1 restarted at t=5 and holds h_1..h_3
     assert valid.sum(1).tolist() == [8, 3]
+
+
+def test_episode_memlstm_is_the_fixed_window_memlstm_with_a_memory_that_grows_and_shrinks():
+    """Same parameters, same inputs and episode starts: the growing core gives the fixed window's
+    outputs and memory (its slots beyond the ones it holds are the fixed core's empty ones), through
+    growth (16 -> 32 -> the cap 40), a wrapping window (episodes past 40 steps) and a shrink after
+    every row restarted."""
+    torch.manual_seed(0)
+    fixed = make_core("memlstm", 6, 8, attention_size=4, memory_window=40)
+    growing = EpisodeMemLSTMCore(6, 8, max_window=40, attention_size=4)
+    growing.load_state_dict(fixed.state_dict())
+    T, B = 110, 3
+    x = torch.randn(T, B, 6)
+    starts = torch.zeros(T, B)
+    starts[0] = 1.0
+    starts[30, 1] = starts[75, 2] = 1.0  # row 0 runs 110 steps (wraps at 40); the others restart
+    starts[100] = 1.0  # every row restarts: the memory can shrink to 16 slots again
+    a, b = fixed.initial_state(B), growing.initial_state(B)
+    widths = []
+    for t in range(T):
+        out_a, a = fixed.step(x[t], a, starts[t])
+        out_b, b = growing.step(x[t], b, starts[t])
+        widths.append(b[4].shape[1])
+        torch.testing.assert_close(out_b, out_a)
+        for ta, tb in zip(a[:4], b[:4], strict=True):  # h, c, s, steps
+            torch.testing.assert_close(tb, ta)
+        S = widths[-1]
+        for ta, tb in zip(a[4:], b[4:], strict=True):  # keys, values, scores, valid
+            torch.testing.assert_close(tb, ta[:, :S])
+            assert not ta[:, S:].any()  # what the growing core does not hold is empty in the fixed one
+        if t == 99:
+            assert b[7][0].sum() == 40 and b[3][0] == 100  # row 0's window wrapped: its last 40 states
+    assert widths[0] == 16 and 32 in widths and max(widths) == 40 and widths[-1] == 16
 
 
 def test_rellstm_memory_is_bounded_and_keeps_stored_hidden_states():

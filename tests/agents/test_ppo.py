@@ -1,11 +1,15 @@
-"""Recurrent PPO: stored-and-replayed states equal the acting ones, acting = evaluating, a learning
-signal on a memory task, SB3 harness compatibility (evaluate_policy, save/load)."""
+"""Recurrent PPO: stored-and-replayed states equal the acting ones (on the cue-recall task and on a
+MiniGrid env), GAE and time-limit bootstrapping against a hand computation, acting = evaluating, a
+learning signal on a memory task, SB3 harness compatibility (evaluate_policy, save/load)."""
 
 from __future__ import annotations
 
+import gymnasium as gym
 import numpy as np
 import pytest
 import torch
+from gymnasium import spaces
+from gymnasium.wrappers import TimeLimit
 from stable_baselines3.common.env_util import make_vec_env
 from stable_baselines3.common.evaluation import evaluate_policy
 
@@ -32,30 +36,164 @@ def _collect(model: MemoryPPO) -> None:
     assert model.collect_rollouts(model.env, callback, model.rollout_buffer, model.n_steps)
 
 
-@pytest.mark.parametrize("core", ["lstm", "memlstm", "rellstm"])
-def test_replayed_sequences_reproduce_the_rollout(core):
-    """Episodes (length 4) straddle the 5-step sequences, so the replay must reset mid-sequence exactly
-    where acting did; before any update it reproduces the rollout's log-probs and values, and the state
-    at the end of sequence k equals the state stored at the start of sequence k + 1."""
-    model = _model(core, delay=3, n_steps=20, seq_len=5, batch_size=20)
-    _collect(model)
-    buf = model.rollout_buffer
-    assert buf.episode_starts[1:].any()
-    policy = model.policy
+def _assert_replay_reproduces_the_rollout(model: MemoryPPO) -> None:
+    """Before any update, replaying each stored sequence from its stored state reproduces the
+    rollout's log-probs and values, and the state at the end of sequence k equals the state stored at
+    the start of sequence k + 1 (the last one: the state the next rollout starts from)."""
+    buf, policy, T = model.rollout_buffer, model.policy, model.seq_len
     for k in range(buf.n_seq_per_env):
-        rows = slice(k * 5, (k + 1) * 5)
+        rows = slice(k * T, (k + 1) * T)
         obs = torch.as_tensor(buf.observations[rows])
         starts = torch.as_tensor(buf.episode_starts[rows])
         actions = torch.as_tensor(buf.actions[rows, :, 0])
         with torch.no_grad():
-            feats = policy.extract_features(obs.reshape(-1, obs.shape[-1]), policy.features_extractor)
-            out, end_state = policy.core.forward_sequence(feats.reshape(5, model.n_envs, -1), buf.start_states[k], starts)
+            feats = policy.extract_features(obs.reshape(-1, *obs.shape[2:]), policy.features_extractor)
+            out, end_state = policy.core.forward_sequence(feats.reshape(T, model.n_envs, -1), buf.start_states[k], starts)
             values, log_prob, _ = policy.evaluate_sequences(obs, actions, buf.start_states[k], starts)
         torch.testing.assert_close(log_prob, torch.as_tensor(buf.log_probs[rows]), rtol=1e-5, atol=1e-5)
         torch.testing.assert_close(values, torch.as_tensor(buf.values[rows]), rtol=1e-5, atol=1e-5)
         following = buf.start_states[k + 1] if k + 1 < buf.n_seq_per_env else model._last_state
         for replayed, stored in zip(end_state, following, strict=True):
             torch.testing.assert_close(replayed, stored, rtol=1e-5, atol=1e-5)
+
+
+def _ends_inside_sequences(model: MemoryPPO) -> int:
+    """Episode starts that fall inside a stored sequence (not on its first step)."""
+    starts = model.rollout_buffer.episode_starts
+    return int(starts[[t for t in range(len(starts)) if t % model.seq_len]].sum())
+
+
+@pytest.mark.parametrize("core", ["lstm", "memlstm", "rellstm"])
+def test_replayed_sequences_reproduce_the_rollout(core):
+    """Episodes (length 4) straddle the 5-step sequences, so the replay must reset mid-sequence exactly
+    where acting did."""
+    model = _model(core, delay=3, n_steps=20, seq_len=5, batch_size=20)
+    _collect(model)
+    assert _ends_inside_sequences(model) > 0
+    _assert_replay_reproduces_the_rollout(model)
+
+
+@pytest.mark.parametrize("core", ["lstm", "memlstm", "rellstm"])
+@pytest.mark.parametrize("env_id,max_steps", [("MiniGrid-GoToDoor-5x5-v0", 7), ("MiniGrid-DoorKey-5x5-v0", 21)])
+def test_replay_reproduces_a_minigrid_rollout(core, env_id, max_steps):
+    """The same on real MiniGrid envs, with their image/direction/mission features: GoToDoor's episodes
+    end at its `done` action (terminated) or at 7 steps; DoorKey's run into a 21-step limit
+    (truncated, bootstrapped), past MemLSTM's first 16 memory slots, so its memory grows mid-sequence
+    and shrinks when the episodes restart. Neither length divides the 6-step sequences."""
+    from recurbench.envs.minigrid import make_vec_env as minigrid_vec_env
+
+    kwargs = {**CORE_KWARGS[core], "memory_window": 40} if core == "memlstm" else CORE_KWARGS[core]
+    policy_kwargs = dict(core=core, hidden_size=16, features="minigrid", features_dim=16, head_size=16, core_kwargs=kwargs)
+    model = MemoryPPO("MemoryPolicy", minigrid_vec_env(env_id, 3, 0, max_steps=max_steps), n_steps=60, seq_len=6,
+                      batch_size=12, policy_kwargs=policy_kwargs, seed=0)
+    _collect(model)
+    assert _ends_inside_sequences(model) >= 3
+    if core == "memlstm" and max_steps > 16:
+        assert {s[4].shape[1] for s in model.rollout_buffer.start_states} == {16, 32}
+    _assert_replay_reproduces_the_rollout(model)
+    for batch in model.rollout_buffer.get(12):  # shuffled sequences, their states padded to one size
+        with torch.no_grad():
+            _, log_prob, _ = model.policy.evaluate_sequences(batch.observations, batch.actions, batch.states,
+                                                             batch.episode_starts)
+        torch.testing.assert_close(log_prob, batch.old_log_prob, rtol=1e-5, atol=1e-5)
+
+
+class AlternatingEpisodes(gym.Env):
+    """Episodes alternate between ending at step 3 (terminated) and running on (into a time limit).
+    Observation ``[t / 10, cue]`` (a cue drawn per episode), reward ``t + cue`` at step ``t``."""
+
+    observation_space = spaces.Box(0.0, 1.0, shape=(2,), dtype=np.float32)
+    action_space = spaces.Discrete(2)
+
+    def __init__(self) -> None:
+        self._episode, self._t, self._cue = -1, 0, 0.0
+
+    def _obs(self) -> np.ndarray:
+        return np.array([self._t / 10, self._cue], dtype=np.float32)
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None):
+        super().reset(seed=seed)
+        self._episode, self._t, self._cue = self._episode + 1, 0, float(self.np_random.integers(2))
+        return self._obs(), {}
+
+    def step(self, action):
+        self._t += 1
+        return self._obs(), self._t + self._cue, self._episode % 2 == 0 and self._t == 3, False, {}
+
+
+class StepLog(gym.Wrapper):
+    """Keeps every step's reward, terminated and truncated flags and observation, as the env gave them."""
+
+    def __init__(self, env: gym.Env) -> None:
+        super().__init__(env)
+        self.steps: list[tuple[float, bool, bool, np.ndarray]] = []
+
+    def step(self, action):
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        self.steps.append((float(reward), terminated, truncated, obs))
+        return obs, reward, terminated, truncated, info
+
+
+def _logged_model(core: str, *, gamma: float, gae_lambda: float) -> tuple[MemoryPPO, list[StepLog]]:
+    """Two envs of 3-step (terminated) and 5-step (truncated) episodes; an 18-step rollout sees both
+    inside its 6-step sequences, a truncation at step 15 and an episode still running at its end."""
+    env = make_vec_env(lambda: StepLog(TimeLimit(AlternatingEpisodes(), 5)), n_envs=2, seed=3)
+    policy_kwargs = dict(core=core, hidden_size=16, features="mlp", features_dim=16, head_size=16, core_kwargs=CORE_KWARGS[core])
+    model = MemoryPPO("MemoryPolicy", env, n_steps=18, seq_len=6, batch_size=12, gamma=gamma, gae_lambda=gae_lambda,
+                      policy_kwargs=policy_kwargs, seed=0)
+    return model, [monitor.env for monitor in env.envs]
+
+
+def test_gae_and_time_limit_bootstrap_match_a_hand_computation():
+    """With a critic that answers c everywhere: a truncated step's reward gains gamma c (the value of
+    the observation the time limit cut off), a terminated one nothing, and GAE runs backwards over
+    delta_t = r_t + gamma V(s_t+1) (1 - done_t) - V(s_t), A_t = delta_t + gamma lambda (1 - done_t) A_t+1,
+    with the rollout's last step bootstrapped from c unless it ended an episode."""
+    gamma, lam, c = 0.9, 0.8, 0.5
+    model, logs = _logged_model("lstm", gamma=gamma, gae_lambda=lam)
+    with torch.no_grad():
+        model.policy.critic[2].weight.zero_()
+        model.policy.critic[2].bias.fill_(c)
+    _collect(model)
+    buf = model.rollout_buffer
+    for e, log in enumerate(logs):
+        assert [t for t, (_, term, _, _) in enumerate(log.steps) if term] == [2, 10]
+        assert [t for t, (_, _, trunc, _) in enumerate(log.steps) if trunc] == [7, 15]
+        advantages, following = np.zeros(18), 0.0
+        for t in reversed(range(18)):
+            reward, terminated, truncated, _ = log.steps[t]
+            if truncated:
+                reward += gamma * c
+            done = terminated or truncated
+            delta = reward + (0.0 if done else gamma * c) - c
+            following = delta + (0.0 if done else gamma * lam * following)
+            advantages[t] = following
+        np.testing.assert_allclose(buf.advantages[:, e], advantages, rtol=1e-5)
+        np.testing.assert_allclose(buf.returns[:, e], advantages + c, rtol=1e-5)
+
+
+@pytest.mark.parametrize("core", ["lstm", "memlstm"])
+def test_time_limit_bootstrap_values_the_cut_off_observation_under_its_episode(core):
+    """The value added at a truncation is the critic's on the observation the time limit cut off,
+    after the whole episode that led there: recomputed here by stepping the core through that
+    episode from an empty state, independently of the rollout's stored states."""
+    gamma = 0.9
+    model, logs = _logged_model(core, gamma=gamma, gae_lambda=0.95)
+    _collect(model)
+    buf, policy = model.rollout_buffer, model.policy
+    for e, log in enumerate(logs):
+        for t in (7, 15):
+            reward, _, truncated, cut_off = log.steps[t]
+            assert truncated
+            obs = torch.as_tensor(np.concatenate([buf.observations[t - 4 : t + 1, e], cut_off[None]]))
+            starts = torch.zeros(6, 1)
+            starts[0] = 1.0
+            with torch.no_grad():
+                feats = policy.extract_features(obs, policy.features_extractor)[:, None]
+                out, _ = policy.core.forward_sequence(feats, policy.core.initial_state(1), starts)
+                value = float(policy.critic(out[-1]))
+            assert buf.rewards[t, e] == pytest.approx(reward + gamma * value, rel=1e-5)
+            assert abs(value) > 1e-3  # a critic that answers 0 would prove nothing
 
 
 @pytest.mark.parametrize("core", ["lstm", "rellstm"])

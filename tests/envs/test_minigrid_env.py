@@ -39,16 +39,32 @@ def test_mission_names_the_target_so_different_targets_give_different_observatio
     assert all(1 not in ids for ids in missions.values())  # every word is in the vocabulary
 
 
+def test_without_the_mission_the_observation_is_image_and_direction_only():
+    env = make_env("MiniGrid-GoToObject-6x6-N2-v0", mission_len=0)
+    obs, _ = env.reset(seed=3)
+    raw = env.unwrapped.gen_obs()
+    assert obs.shape == env.observation_space.shape == (7 * 7 * 3 + 1,)
+    np.testing.assert_array_equal(obs, np.append(raw["image"].reshape(-1), raw["direction"]))
+
+
 def test_every_pair_builds_with_the_same_observation_space():
     spaces = [make_env(pid).observation_space for pair in ENV_PAIRS.values() for pid in (pair.train, pair.test)]
     assert all(space == spaces[0] for space in spaces)  # train and test share a layout: transfer is possible
 
 
-def test_unknown_env_id_is_a_clear_error():
-    with pytest.raises(ConfigError, match="unknown environment id 'MiniGrid-DoorKey-7x7-v0'.*similar ids"):
+def test_unknown_env_id_is_a_clear_error_naming_the_closest_registered_ids():
+    with pytest.raises(ConfigError, match=r"unknown environment id 'MiniGrid-DoorKey-7x7-v0' \(not in gymnasium's "
+                       r"registry\); similar ids: MiniGrid-DoorKey-8x8-v0, MiniGrid-DoorKey-6x6-v0, MiniGrid-DoorKey-5x5-v0"):
         make_env("MiniGrid-DoorKey-7x7-v0")
+    with pytest.raises(ConfigError, match=r"'minigrid-memorys9' .*similar ids: MiniGrid-MemoryS9-v0"):
+        make_env("minigrid-memorys9")
+    with pytest.raises(ConfigError, match=r"unknown environment id 'Pong'[^;]*$"):  # nothing close: no list
+        make_env("Pong")
 
 
-def test_env_without_minigrid_observation_keys_is_a_clear_error():
-    with pytest.raises(ConfigError, match=r"lacks the observation keys \['image', 'direction', 'mission'\]"):
-        MissionObservation(gym.make("CartPole-v1"))
+@pytest.mark.parametrize("mission_len,keys", [(12, "'image', 'direction', 'mission'"), (0, "'image', 'direction'")])
+def test_env_without_minigrid_observation_keys_is_a_clear_error(mission_len, keys):
+    with pytest.raises(ConfigError, match=rf"environment 'CartPole-v1' lacks the observation keys \[{keys}\]"):
+        make_env("CartPole-v1", mission_len=mission_len)
+    with pytest.raises(ConfigError, match=rf"lacks the observation keys \[{keys}\]"):
+        MissionObservation(gym.make("CartPole-v1"), mission_len=mission_len)

@@ -161,15 +161,33 @@ def test_minigrid_aggregates_and_iqm(minigrid):
     assert c["mean"] == pytest.approx(0.875) and c["std"] == pytest.approx(math.sqrt(0.0125 / 3)) and c["n"] == 4
     assert c["iqm"] == pytest.approx((0.85 + 0.9) / 2)  # middle two of four
     assert c["iqm_lo"] <= c["iqm"] <= c["iqm_hi"] and 0.8 <= c["iqm_lo"] and c["iqm_hi"] <= 0.95
-    ratio = cell(minigrid, "generalisation_ratio", env="DoorKey", agent="rellstm")  # not logged: test/train per run
-    assert ratio["mean"] == pytest.approx((0.5 / 0.9 + 0.3 / 0.9 + 0.4 / 0.96) / 3)
+    ratio = cell(minigrid, "generalisation_ratio", env="DoorKey", agent="rellstm")  # the ratio of the means
+    assert ratio["mean"] == pytest.approx(((0.5 + 0.3 + 0.4) / 3) / ((0.9 + 0.9 + 0.96) / 3)) and ratio["n"] == 3
     assert ratio["paper"] == pytest.approx(0.44 / 0.93)
+    assert any(n.startswith("paper: Kerg et al.'s Table 4 came from agents that saw image and direction only, in code "
+                            "that cleared the attention memory at every acting step and at the start of every 16-step "
+                            "training chunk") for n in minigrid.notes)
     assert math.isnan(cell(minigrid, "test_reward", env="DoorKey", agent="memlstm")["iqm"])  # one seed: no IQM
     agg = minigrid.aggregate.set_index(["agent", "metric"])
     rel = agg.loc[("rellstm", "test_reward")]
     # pooled 0.5 0.3 0.4 | 0.2 0.3 0.1 -> drop one at each end -> mean(0.2, 0.3, 0.3, 0.4)
     assert (rel["envs"], rel["runs"]) == (2, 6) and rel["iqm"] == pytest.approx(0.3)
     assert 0.1 <= rel["iqm_lo"] <= 0.3 <= rel["iqm_hi"] <= 0.5
+
+
+def test_minigrid_ratio_counts_a_seed_whose_train_reward_is_0():
+    import pandas as pd
+
+    from recurbench.reporting.compare import minigrid_ratio_of_means
+
+    frame = pd.DataFrame({"env": ["Memory"] * 3 + ["Fetch"], "agent": ["lstm"] * 4,
+                          "train_reward": [0.0, 0.8, 0.4, 0.0], "test_reward": [0.2, 0.4, math.nan, 0.1]})
+    cells = pd.DataFrame({"env": ["Memory", "Fetch"], "agent": ["lstm", "lstm"], "metric": ["generalisation_ratio"] * 2,
+                          "mean": [0.5, math.nan], "std": [0.0, math.nan], "n": [1, 0]})
+    out = minigrid_ratio_of_means(cells, frame).set_index("env")
+    # Seeds 0 and 1 (seed 2 has no test reward): 0.3 / 0.4; the mean of per-seed ratios would drop seed 0.
+    assert out.loc["Memory", "mean"] == pytest.approx(0.75) and out.loc["Memory", "n"] == 2
+    assert math.isnan(out.loc["Fetch", "mean"]) and out.loc["Fetch", "n"] == 1  # mean train reward 0: no ratio
 
 
 def test_iqm_and_bootstrap():

@@ -38,6 +38,20 @@ def test_shipped_profiles_plan_every_pair_and_core():
     assert len(plans) == 6 * 3
     assert {p.tags["agent"] for p in plans} == {"lstm", "memlstm", "rellstm"}
     assert paper.total_timesteps == 5_000_000 and paper.eval_episodes >= 100
+    # The paper's reference agents saw image and direction only; MemLSTM sees whole test episodes.
+    assert {p.tags["observation"] for p in plans} == {"image+direction"}
+    assert {(p.params["core_settings"]["mission"], p.params["core_settings"]["memory_window"]) for p in plans} == {
+        (False, "episode")
+    }
+    _, with_mission = load_profile("minigrid", "paper-mission")
+    mission_plans = definition.plan(with_mission, {}, data_dir=None)
+    assert [p.name for p in mission_plans if p.tags["agent"] == "lstm"] == [
+        "GoToObject-lstm-s0", "GoToDoor-lstm-s0", "Fetch-lstm-s0"
+    ]
+    assert {p.tags["observation"] for p in mission_plans} == {"image+direction+mission"}
+    # Everything else is the paper profile's.
+    assert with_mission.model_dump(exclude={"envs", "core"}) == paper.model_dump(exclude={"envs", "core"})
+    assert with_mission.core.model_copy(update={"mission": False}) == paper.core
     definition, quick = load_profile("minigrid", "quick")
     assert quick.envs == ["GoToObject", "GoToDoor"]
     narrowed = definition.plan(quick, {"envs": ["DoorKey"], "models": ["lstm"], "seeds": 2}, data_dir=None)
@@ -54,6 +68,12 @@ def test_shipped_profiles_plan_every_pair_and_core():
     "change,message",
     [
         ({"envs": ["DoorKey", "Maze"]}, r"profiles\.tiny\.envs\.1: .*unknown env pair 'Maze'"),
+        ({"envs": ["Mine"], "pairs": {"Mine": {"train": "MiniGrid-MemoryS7-v0"}}},
+         r"profiles\.tiny\.pairs\.Mine\.test: Field required"),
+        ({"envs": ["DoorKey"], "pairs": {"DoorKey": {"train": "a", "test": "b"}}},
+         r"profiles\.tiny\.pairs: .*'DoorKey' is a shipped env pair's name"),
+        ({"core": {"mission": "no"}}, r"profiles\.tiny\.core\.mission"),
+        ({"core": {"memory_window": "all"}}, r"profiles\.tiny\.core\.memory_window"),
         ({"models": ["gru"]}, r"profiles\.tiny\.models\.0: .*unknown memory core 'gru'"),
         ({"ppo": {"n_stepz": 3}}, r"profiles\.tiny\.ppo\.n_stepz: unknown key"),
         ({"total_timesteps": "many"}, r"profiles\.tiny\.total_timesteps"),
@@ -69,9 +89,77 @@ def test_unknown_pair_on_the_command_line_is_a_clear_error(tmp_path):
         run_suite("minigrid", "tiny", MemoryTracker(), selection={"envs": ["Pong"]}, config_path=_write(tmp_path, TINY))
 
 
-def test_a_tiny_run_logs_curve_rewards_ratio_and_tags(tmp_path):
+def test_pairs_defined_in_a_suite_file_run_under_their_name(tmp_path):
+    profile = {**TINY, "envs": ["MemoryS9", "DoorKey"],
+               "pairs": {"MemoryS9": {"train": "MiniGrid-MemoryS7-v0", "test": "MiniGrid-MemoryS9-v0"}}}
+    definition, cfg = load_profile("minigrid", "tiny", _write(tmp_path, profile))
+    plans = definition.plan(cfg, {}, data_dir=None)
+    assert [(p.name, p.tags["env"], p.params["train_env"], p.params["test_env"]) for p in plans] == [
+        ("MemoryS9-rellstm-s0", "MemoryS9", "MiniGrid-MemoryS7-v0", "MiniGrid-MemoryS9-v0"),
+        ("DoorKey-rellstm-s0", "DoorKey", "MiniGrid-DoorKey-5x5-v0", "MiniGrid-DoorKey-16x16-v0"),
+    ]
+    assert {t["env"] for t, _ in definition.shipped_settings(cfg)} >= {"MemoryS9", "DoorKey"}
+    # --pair with the ids of a pair the file names runs as that pair.
+    (plan,) = definition.plan(cfg, {"pairs": ["MiniGrid-MemoryS7-v0:MiniGrid-MemoryS9-v0"]}, data_dir=None)
+    assert plan.tags["env"] == "MemoryS9"
+
+
+def test_a_pair_given_on_the_command_line_runs_without_a_file():
+    definition, paper = load_profile("minigrid", "paper")
+    plans = definition.plan(paper, {"pairs": ["MiniGrid-MemoryS7-v0:MiniGrid-MemoryS9-v0",
+                                              "MiniGrid-DoorKey-5x5-v0 : MiniGrid-DoorKey-16x16-v0"],
+                                    "models": ["memlstm"]}, data_dir=None)
+    assert [(p.tags["env"], p.params["train_env"], p.params["test_env"]) for p in plans] == [
+        ("MiniGrid-MemoryS7-v0:MiniGrid-MemoryS9-v0", "MiniGrid-MemoryS7-v0", "MiniGrid-MemoryS9-v0"),
+        ("DoorKey", "MiniGrid-DoorKey-5x5-v0", "MiniGrid-DoorKey-16x16-v0"),  # a shipped pair's ids: its name
+    ]
+    both = definition.plan(paper, {"envs": ["Memory"], "pairs": ["MiniGrid-MemoryS7-v0:MiniGrid-MemoryS9-v0"],
+                                   "models": ["lstm"]}, data_dir=None)
+    assert [p.tags["env"] for p in both] == ["Memory", "MiniGrid-MemoryS7-v0:MiniGrid-MemoryS9-v0"]
+    with pytest.raises(ConfigError, match=r"env pair 'DoorKey' is given twice"):
+        definition.plan(paper, {"envs": ["DoorKey"], "pairs": ["MiniGrid-DoorKey-5x5-v0:MiniGrid-DoorKey-16x16-v0"]},
+                        data_dir=None)
+
+
+@pytest.mark.parametrize(
+    "pair,message",
+    [
+        ("MiniGrid-MemoryS7-v0", r"--pair\.0 'MiniGrid-MemoryS7-v0': expected TRAIN_ID:TEST_ID"),
+        ("MiniGrid-MemoryS7-v0:", r"expected TRAIN_ID:TEST_ID"),
+        ("a:b:c", r"--pair\.0 'a:b:c': expected TRAIN_ID:TEST_ID, two gymnasium ids joined by one colon"),
+        ("MiniGrid-MemoryS8-v0:MiniGrid-MemoryS9-v0",
+         r"env pair 'MiniGrid-MemoryS8-v0:MiniGrid-MemoryS9-v0' \(train\): unknown environment id "
+         r"'MiniGrid-MemoryS8-v0' \(not in gymnasium's registry\); similar ids: MiniGrid-MemoryS9-v0, MiniGrid-MemoryS7-v0"),
+        ("MiniGrid-MemoryS7-v0:CartPole-v1",
+         r"env pair 'MiniGrid-MemoryS7-v0:CartPole-v1' \(test\): environment 'CartPole-v1' lacks the observation "
+         r"keys \['image', 'direction'\]"),
+    ],
+)
+def test_a_bad_pair_is_refused_before_anything_trains(pair, message):
+    definition, paper = load_profile("minigrid", "paper")
+    with pytest.raises(ConfigError, match=message):
+        definition.plan(paper, {"pairs": [pair]}, data_dir=None)
+
+
+def test_the_cli_takes_pairs_and_reports_a_bad_one(tmp_path):
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    ok = CliRunner().invoke(app, ["run", "minigrid", "--profile", "paper", "--models", "lstm", "--dry-run",
+                                  "--tracking-uri", uri, "--pair", "MiniGrid-MemoryS7-v0:MiniGrid-MemoryS9-v0"])
+    assert ok.exit_code == 0, ok.output
+    assert "MiniGrid-MemoryS7-v0:MiniGrid-MemoryS9-v0-lstm-s0" in ok.output.replace("\n", "").replace(" ", "")
+    bad = CliRunner().invoke(app, ["run", "minigrid", "--dry-run", "--tracking-uri", uri,
+                                   "--pair", "MiniGrid-DoorKey-7x7-v0:MiniGrid-DoorKey-16x16-v0"])
+    assert isinstance(bad.exception, ConfigError)
+    assert "unknown environment id 'MiniGrid-DoorKey-7x7-v0'" in str(bad.exception)
+    assert "similar ids: MiniGrid-DoorKey-8x8-v0" in str(bad.exception)
+    assert not (tmp_path / "mlflow.db").exists()  # a dry run writes nothing
+
+
+@pytest.mark.parametrize("mission", [False, True])
+def test_a_tiny_run_logs_curve_rewards_ratio_and_tags(tmp_path, mission):
     tracker = MemoryTracker()
-    result = run_suite("minigrid", "tiny", tracker, config_path=_write(tmp_path, TINY))
+    profile = {**TINY, "core": {**TINY["core"], "mission": mission}}
+    result = run_suite("minigrid", "tiny", tracker, config_path=_write(tmp_path, profile))
     assert not result.failed, [o.error for o in result.failed]
     # The headline metrics, which a run reused by --skip-finished must have, are what execute returns.
     from recurbench.suites.minigrid import MinigridSuite
@@ -79,6 +167,8 @@ def test_a_tiny_run_logs_curve_rewards_ratio_and_tags(tmp_path):
     assert set(result.outcomes[0].metrics) == set(MinigridSuite.headline_metrics)
     (run,) = [r for r in tracker.runs if r.parent_id is not None]
     assert run.tags["agent"] == "rellstm" and run.tags["env"] == "GoToDoor"
+    assert run.tags["observation"] == ("image+direction+mission" if mission else "image+direction")
+    assert run.params["core_settings.mission"] is mission
     steps = [s for s, _ in run.metrics["rollout_reward"]]
     assert steps == sorted(steps) and steps[-1] == 256  # step = environment steps
     train, test = run.last("train_reward"), run.last("test_reward")
@@ -88,16 +178,60 @@ def test_a_tiny_run_logs_curve_rewards_ratio_and_tags(tmp_path):
     assert "learning_curve.json" in run.artifacts
 
 
-def test_summary_puts_the_papers_figures_next_to_ours():
-    assert paper_table()[("MiniGrid-DoorKey-5x5-v0", "rellstm")] == {"train": 0.93, "test": 0.44}
-    from recurbench.suites.minigrid import MinigridSuite
+def _outcome(env: str, core: str, seed: int, train: float, test: float):
     from recurbench.suites.runner import RunOutcome, RunPlan
 
-    plan = RunPlan("DoorKey-rellstm-s0", 0, {"agent": "rellstm", "env": "DoorKey"}, {})
-    outcome = RunOutcome(plan, "FINISHED", {"train_reward": 0.9, "test_reward": 0.3, "generalisation_ratio": 1 / 3})
-    header, rows = MinigridSuite().summary_rows([outcome])
+    plan = RunPlan(f"{env}-{core}-s{seed}", seed, {"agent": core, "env": env}, {})
+    ratio = test / train if train > 0 else math.nan
+    return RunOutcome(plan, "FINISHED", {"train_reward": train, "test_reward": test, "generalisation_ratio": ratio})
+
+
+def test_summary_puts_the_papers_figures_next_to_ours_and_says_how_they_were_made():
+    assert paper_table()[("MiniGrid-DoorKey-5x5-v0", "MiniGrid-DoorKey-16x16-v0", "rellstm")] == {"train": 0.93, "test": 0.44}
+    from recurbench.suites.minigrid import MinigridSuite
+
+    header, rows = MinigridSuite().summary_rows([_outcome("DoorKey", "rellstm", 0, 0.9, 0.3)])
     row = dict(zip(header, rows[0], strict=True))
-    assert row["paper train"] == "0.93" and row["paper test"] == "0.44" and row["test"] == "0.30"
+    assert row["paper train†"] == "0.93" and row["paper test†"] == "0.44" and row["test"] == "0.30"
+    assert " ".join(rows[-1][0].split()).startswith(
+        "† Kerg et al.'s Table 4 came from agents that saw image and direction only, in code that cleared the "
+        "attention memory at every acting step and at the start of every 16-step training chunk"
+    )
+    # A pair the paper did not run has no paper figures, and no footnote.
+    _, rows = MinigridSuite().summary_rows([_outcome("MiniGrid-MemoryS7-v0:MiniGrid-MemoryS9-v0", "rellstm", 0, 0.9, 0.3)])
+    assert rows == [["MiniGrid-MemoryS7-v0:MiniGrid-MemoryS9-v0", "rellstm", "1/1", "0.90", "0.30", "0.33", "-", "-"]]
+
+
+def test_summary_ratio_is_the_ratio_of_the_means_and_keeps_a_seed_with_train_reward_0():
+    from recurbench.suites.minigrid import MinigridSuite
+
+    outcomes = [_outcome("Memory", "lstm", 0, 0.0, 0.2), _outcome("Memory", "lstm", 1, 0.8, 0.4),
+                _outcome("Fetch", "lstm", 0, 0.0, 0.1)]
+    header, rows = MinigridSuite().summary_rows(outcomes)
+    memory, fetch = (dict(zip(header, r, strict=True)) for r in rows[:2])
+    # (0.2 + 0.4) / 2 over (0.0 + 0.8) / 2; the mean of the per-seed ratios would have dropped seed 0: 0.50
+    assert (memory["train"], memory["test"], memory["test/train"]) == ("0.40", "0.30", "0.75")
+    assert fetch["test/train"] == "- (train 0)"
+
+
+def test_older_runs_read_as_mission_aware_and_stay_apart_from_image_only_runs():
+    """A run logged before core.mission existed saw the mission: compare reads it so (param_defaults),
+    beside a paper run (image and direction) it differs, beside a mission-aware run it pools."""
+    from recurbench.reporting.runs import RunRecord, settings_diff
+    from recurbench.tracking import flatten, param_value
+
+    definition, paper = load_profile("minigrid", "paper")
+    defaults = definition.param_defaults()
+    assert defaults["core_settings.mission"] == "True"
+    (plan,) = definition.plan(paper, {"envs": ["DoorKey"], "models": ["lstm"]}, data_dir=None)
+    logged = {k: param_value(v) for k, v in flatten(plan.params).items()}
+    older = {k: v for k, v in logged.items() if k != "core_settings.mission"}
+
+    def record(params):
+        return RunRecord("id", "run", "FINISHED", 0, {}, params, {}, None)
+
+    assert settings_diff(record(older), record(logged), defaults) == "core_settings.mission True (newest: False)"
+    assert settings_diff(record(older), record({**logged, "core_settings.mission": "True"}), defaults) == ""
 
 
 def test_bench_rl_json_reports_fps_peer_and_ratio():

@@ -3,6 +3,9 @@
 Steps per second of ``learn`` on one MiniGrid env (default DoorKey-5x5, 8 envs, 128 steps per
 rollout), every core and the sb3-contrib peer with the same n_envs / n_steps / batch / epochs and the
 same LSTM width, measured in the same process one after the other (so they share the same load).
+MemLSTM's window is the one a suite run gives it: every state of an episode of the train env or of
+the test env of the shipped pair that trains there (DoorKey-5x5 -> DoorKey-16x16: 2560 states), its
+memory growing with the episode (:class:`~recurbench.agents.cores.EpisodeMemLSTMCore`).
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from typing import Any
 import torch
 
 from recurbench.agents.training import CoreSettings, PPOSettings, make_agent
+from recurbench.envs import ENV_PAIRS
 from recurbench.envs.minigrid import make_vec_env
 
 
@@ -30,6 +34,14 @@ class BenchSettings:
     hidden_size: int = 64
     threads: int = 1
     seed: int = 0
+    test_env_id: str | None = None
+    """The env MemLSTM's window is also sized for; None: the test env of the shipped pair training on
+    ``env_id`` (none: the train env's alone)."""
+
+    def window_env(self) -> str | None:
+        if self.test_env_id is not None:
+            return self.test_env_id
+        return next((pair.test for pair in ENV_PAIRS.values() if pair.train == self.env_id), None)
 
 
 def _timed_learn(model: Any, steps: int, warmup: int) -> tuple[float, float]:
@@ -59,10 +71,11 @@ def bench_rl(
     fps_cpu: dict[str, float] = {}
     for core in cores:
         progress(core)
-        model = make_agent(core, s.env_id, ppo, CoreSettings(hidden_size=s.hidden_size), seed=s.seed)
+        model = make_agent(core, s.env_id, ppo, CoreSettings(hidden_size=s.hidden_size), seed=s.seed,
+                           test_env_id=s.window_env())
         fps[core], fps_cpu[core] = _timed_learn(model, s.total_steps, warmup)
-    out: dict[str, Any] = {"fps": fps, "fps_cpu": fps_cpu, "settings": asdict(s), "device": "cpu",
-                           "torch_threads": s.threads}
+    out: dict[str, Any] = {"fps": fps, "fps_cpu": fps_cpu, "settings": {**asdict(s), "test_env_id": s.window_env()},
+                           "device": "cpu", "torch_threads": s.threads}
     if include_sb3_contrib:
         from sb3_contrib import RecurrentPPO
 

@@ -5,6 +5,10 @@ rollout step would cost ``n_steps x n_envs x M x H`` floats. This buffer keeps S
 (observations, actions, rewards, episode starts, values, log-probs, GAE) and, per environment, the
 state only every ``seq_len`` steps. Training replays each ``seq_len``-step sequence from its stored
 state with the recorded episode starts, so memory is cleared exactly where it was while acting.
+
+A core whose memory grows with the episode (:class:`~recurbench.agents.cores.EpisodeMemLSTMCore`)
+stores states of different slot counts; they are padded with zeros (empty slots) to the largest
+when a minibatch is drawn, which changes no output of the replay.
 """
 
 from __future__ import annotations
@@ -76,7 +80,7 @@ class SequenceRolloutBuffer(RolloutBuffer):
         obs, actions = seq(self.observations), seq(self.actions[..., 0])
         values, log_probs, advantages = seq(self.values), seq(self.log_probs), seq(self.advantages)
         returns, starts = seq(self.returns), seq(self.episode_starts)
-        states = tuple(torch.stack(parts) for parts in zip(*self.start_states, strict=True))  # each [K, E, ...]
+        states = tuple(_stack_padded(parts) for parts in zip(*self.start_states, strict=True))  # each [K, E, ...]
 
         order = torch.randperm(n_seq)
         for begin in range(0, n_seq, per_batch):
@@ -90,3 +94,15 @@ class SequenceRolloutBuffer(RolloutBuffer):
                 pick(obs), pick(actions), pick(values), pick(log_probs), pick(advantages), pick(returns),
                 pick(starts), tuple(s[k, e] for s in states),
             )
+
+
+def _stack_padded(parts: tuple[Tensor, ...]) -> Tensor:
+    """``torch.stack(parts)``, each part first padded at the end of every dimension with zeros to the
+    largest shape among them (a grown memory's empty slots)."""
+    shape = [max(sizes) for sizes in zip(*(p.shape for p in parts), strict=True)]
+    if all(list(p.shape) == shape for p in parts):
+        return torch.stack(parts)
+    out = parts[0].new_zeros(len(parts), *shape)
+    for i, p in enumerate(parts):
+        out[(i, *(slice(0, n) for n in p.shape))] = p
+    return out

@@ -15,12 +15,17 @@ Cores (Kerg et al. 2020, Sec. 4 and App. B; see ``shared/papers/README.md``):
   buffer of the last ``nu`` states plus a relevant set of at most ``rho`` older ones (relevancy
   screening); the per-step update is :func:`recurbench.kernels.memattn.memory_attention_step`.
 
-  - **MemLSTM** = ``nu = M`` (the window, default the environment's ``max_steps``), ``rho = 0``:
-    attention over every state since the episode started (a sliding window beyond M).
+  - **MemLSTM** = ``nu = M`` (the window), ``rho = 0``: attention over every state since the
+    episode started (a sliding window beyond M).
   - **RelLSTM** = ``nu = 5``, ``rho = 5`` (the paper's values).
 
+* :class:`EpisodeMemLSTMCore` -- the agents' MemLSTM: the same recurrence as ``nu = M, rho = 0``, with
+  a memory that grows with the episode (slots allocated as the longest running episode needs them,
+  up to M) so that a window sized for the longest test episode does not make every step pay for it.
+
 State of the attentive cores: ``(h, c, s, steps, keys, values, scores, valid)`` with keys
-``[B, nu + rho, A]`` (U h_i, cached so a step costs O((nu + rho) A)), values ``[B, nu + rho, H]``.
+``[B, S, A]`` (U h_i, cached so a step costs O(S A)), values ``[B, S, H]``; ``S = nu + rho`` slots,
+for :class:`EpisodeMemLSTMCore` at most M and changing from step to step.
 """
 
 from __future__ import annotations
@@ -110,7 +115,10 @@ class AttentiveLSTMCore(MemoryCore):
         return self.nu + self.rho
 
     def initial_state(self, batch: int, device: torch.device | str = "cpu") -> State:
-        H, A, S = self.hidden_size, self.attention_size, self.slots
+        return self._empty_state(batch, self.slots, device)
+
+    def _empty_state(self, batch: int, slots: int, device: torch.device | str) -> State:
+        H, A, S = self.hidden_size, self.attention_size, slots
 
         def z(*shape: int) -> Tensor:
             return torch.zeros(*shape, device=device)
@@ -118,10 +126,11 @@ class AttentiveLSTMCore(MemoryCore):
         return z(batch, H), z(batch, H), z(batch, H), z(batch), z(batch, S, A), z(batch, S, H), z(batch, S), z(batch, S)
 
     def cell(self, x: Tensor, state: State) -> tuple[Tensor, State]:
+        return self._attend_and_step(x, state, self.nu)
+
+    def _attend_and_step(self, x: Tensor, state: State, nu: int) -> tuple[Tensor, State]:
         h, c, s, steps, keys, values, scores, valid = state
-        mem = memory_attention_step(
-            self.query(s), keys, values, scores, valid, steps, self.key(h), h, self.v, nu=self.nu
-        )
+        mem = memory_attention_step(self.query(s), keys, values, scores, valid, steps, self.key(h), h, self.v, nu=nu)
         s = 0.5 * (h + mem.read)  # s_t = (h_{t-1} + sum_i alpha_i h_i) / 2
         h, c = self.lstm(x, (s, c))
         return h, (h, c, s, steps + 1, mem.keys, mem.values, mem.scores, mem.valid)
@@ -131,6 +140,71 @@ class AttentiveLSTMCore(MemoryCore):
         # replay is differentiable in U for the stored slots too (identical before any update).
         h, c, s, steps, _, values, scores, valid = state
         return h, c, s, steps, self.key(values), values, scores, valid
+
+
+class EpisodeMemLSTMCore(AttentiveLSTMCore):
+    """MemLSTM whose memory holds every state since the episode started, up to ``max_window`` states.
+
+    The recurrence is exactly :class:`AttentiveLSTMCore` with ``nu = max_window`` and ``rho = 0`` (a
+    sliding window of the last ``max_window`` states once an episode runs longer); what differs is
+    the memory's size. A step gets the smallest power of two of slots (at least :attr:`MIN_SLOTS`,
+    at most ``max_window``) that holds the longest running episode of the batch: the state's slot
+    count ``S`` changes from step to step, and a step costs O(S (A + H)) instead of
+    O(max_window (A + H)). Slots beyond an episode's length are empty (``valid`` 0), so dropping or
+    adding them changes no output: an episode of ``n`` steps fills slots ``0 .. n - 2`` before its
+    step ``n`` inserts ``h_{n-1}`` at slot ``n - 1``, which stays below ``S`` until the window wraps.
+
+    Sized for the longest test episode (2560 steps on DoorKey-16x16), a state holds at most
+    ``max_window x (A + H + 2)`` floats per environment (2560 x 98 x 4 B = 1 MB at A = 32, H = 64),
+    reached only while an episode is that long.
+
+    Parameters
+    ----------
+    input_size, hidden_size : int
+        Widths of the LSTM's input and state ``H``.
+    max_window : int
+        ``M``, the most past states attended over: the longest episode the agent meets, to see it whole.
+    attention_size : int
+        Width ``A`` of the additive attention.
+    """
+
+    MIN_SLOTS = 16
+
+    def __init__(self, input_size: int, hidden_size: int, *, max_window: int, attention_size: int = 64) -> None:
+        super().__init__(input_size, hidden_size, nu=max_window, rho=0, attention_size=attention_size)
+
+    @property
+    def max_window(self) -> int:
+        return self.nu
+
+    def slots_for(self, steps: Tensor) -> int:
+        """The slot count a step from states with ``steps`` needs: room for ``h_{n-1}`` at slot
+        ``n - 1`` of the longest episode ``n`` (a power of two, so the count rarely changes)."""
+        longest = max(int(steps.max()) if steps.numel() else 0, self.MIN_SLOTS)
+        return min(self.nu, 1 << (longest - 1).bit_length())
+
+    def initial_state(self, batch: int, device: torch.device | str = "cpu") -> State:
+        return self._empty_state(batch, min(self.nu, self.MIN_SLOTS), device)
+
+    def cell(self, x: Tensor, state: State) -> tuple[Tensor, State]:
+        slots = self.slots_for(state[3])
+        # Below the cap no episode has wrapped (every steps <= slots), so the ring position
+        # (steps - 1) mod slots is steps - 1, as it is modulo max_window.
+        return self._attend_and_step(x, resize_slots(state, slots), slots)
+
+
+def resize_slots(state: State, slots: int) -> State:
+    """An attentive core's ``state`` with ``slots`` memory slots: empty slots appended, or the last
+    ones dropped (the caller knows they are empty). Contiguous, as the Triton step updates in place."""
+    head, memory = state[:4], state[4:]
+    have = memory[0].shape[1]
+    if have == slots:
+        return state
+    if have > slots:
+        memory = tuple(t[:, :slots].contiguous() for t in memory)
+    else:
+        memory = tuple(torch.cat([t, t.new_zeros(t.shape[0], slots - have, *t.shape[2:])], dim=1) for t in memory)
+    return (*head, *memory)
 
 
 def make_core(

@@ -22,41 +22,58 @@ from stable_baselines3.common.torch_layers import BaseFeaturesExtractor
 from stable_baselines3.common.type_aliases import Schedule
 from torch import Tensor, nn
 
-from recurbench.agents.cores import MemoryCore, State, make_core
+from recurbench.agents.cores import EpisodeMemLSTMCore, MemoryCore, State, make_core
 from recurbench.envs.minigrid import ObsLayout
 
 
 class MiniGridFeatures(BaseFeaturesExtractor):
-    """Image, direction and mission of :class:`recurbench.envs.minigrid.MissionObservation`.
+    """Image, direction and (when the observation has it) mission of
+    :class:`recurbench.envs.minigrid.MissionObservation`.
 
     Each image cell's (object, colour, state) integers index a table per cell position: a sum of
     embeddings, which equals a linear layer on the one-hot image but costs 147 look-ups. Direction
-    has its own embedding; the mission is a bag of word embeddings.
+    has its own embedding; the mission is a bag of word embeddings. Observations without the mission
+    (``mission_len`` 0: image and direction only, as the paper's reference agents saw) have no
+    mission embedding.
+
+    Parameters
+    ----------
+    observation_space : spaces.Box
+        The flat observation of :class:`~recurbench.envs.minigrid.MissionObservation`.
+    features_dim : int
+        Width of the embedding.
+    mission_len : int or None
+        Mission tokens in the observation; None: what the observation space leaves after the image
+        and the direction.
     """
 
     N_VALUES = 16  # MiniGrid encodes objects 0..10, colours 0..5, states 0..2
 
-    def __init__(self, observation_space: spaces.Box, features_dim: int = 128, mission_len: int = 12) -> None:
+    def __init__(self, observation_space: spaces.Box, features_dim: int = 128, mission_len: int | None = None) -> None:
         super().__init__(observation_space, features_dim)
+        if mission_len is None:
+            mission_len = int(np.prod(observation_space.shape)) - ObsLayout(mission_len=0).size
         self.layout = ObsLayout(mission_len=mission_len)
-        if observation_space.shape != (self.layout.size,):
+        if mission_len < 0 or observation_space.shape != (self.layout.size,):
             raise ValueError(
-                f"MiniGridFeatures expects flat observations of size {self.layout.size} "
-                f"(MissionObservation with mission_len={mission_len}), got shape {observation_space.shape}"
+                f"MiniGridFeatures expects flat observations of size {ObsLayout(mission_len=0).size} + mission_len "
+                f"(MissionObservation), got shape {observation_space.shape}"
             )
         n_img = self.layout.image_size
         self.image = nn.EmbeddingBag(n_img * self.N_VALUES, features_dim, mode="sum")
         self.register_buffer("offsets", torch.arange(n_img) * self.N_VALUES, persistent=False)
         self.direction = nn.Embedding(4, features_dim)
-        self.mission = nn.EmbeddingBag(self.layout.vocab_size, features_dim, mode="sum", padding_idx=0)
+        self.mission = (nn.EmbeddingBag(self.layout.vocab_size, features_dim, mode="sum", padding_idx=0)
+                        if mission_len else None)
 
     def forward(self, observations: Tensor) -> Tensor:
         obs = observations.long()
         n_img = self.layout.image_size
         image = self.image(obs[:, :n_img].clamp_max(self.N_VALUES - 1) + self.offsets)
-        direction = self.direction(obs[:, n_img].clamp(0, 3))
-        mission = self.mission(obs[:, n_img + 1 :])
-        return F.relu(image + direction + mission)
+        features = image + self.direction(obs[:, n_img].clamp(0, 3))
+        if self.mission is not None:
+            features = features + self.mission(obs[:, n_img + 1 :])
+        return F.relu(features)
 
 
 class MlpFeatures(BaseFeaturesExtractor):
@@ -71,6 +88,17 @@ class MlpFeatures(BaseFeaturesExtractor):
 
 
 FEATURES: dict[str, type[BaseFeaturesExtractor]] = {"minigrid": MiniGridFeatures, "mlp": MlpFeatures}
+
+
+def make_agent_core(name: str, input_size: int, hidden_size: int, **kwargs: Any) -> MemoryCore:
+    """The core an agent runs: :func:`~recurbench.agents.cores.make_core`'s, except that MemLSTM is
+    :class:`~recurbench.agents.cores.EpisodeMemLSTMCore` (same recurrence, a memory that grows with
+    the episode). Episodes run from a few steps to thousands, and the window is sized for the longest
+    (``memory_window``); the memory tasks' fixed-length sequences keep ``make_core``'s fixed window."""
+    if name == "memlstm":
+        return EpisodeMemLSTMCore(input_size, hidden_size, max_window=kwargs.get("memory_window", 256),
+                                  attention_size=kwargs.get("attention_size", 64))
+    return make_core(name, input_size, hidden_size, **kwargs)
 
 
 class RecurrentMemoryPolicy(BasePolicy):
@@ -109,7 +137,7 @@ class RecurrentMemoryPolicy(BasePolicy):
         self.core_name, self.hidden_size, self.features = core, hidden_size, features
         self.features_dim, self.head_size, self.core_kwargs = features_dim, head_size, dict(core_kwargs or {})
         self.features_extractor = self.make_features_extractor()
-        self.core: MemoryCore = make_core(core, features_dim, hidden_size, **self.core_kwargs)
+        self.core: MemoryCore = make_agent_core(core, features_dim, hidden_size, **self.core_kwargs)
         n_actions = int(action_space.n)
         self.actor = nn.Sequential(nn.Linear(hidden_size, head_size), nn.Tanh(), nn.Linear(head_size, n_actions))
         self.critic = nn.Sequential(nn.Linear(hidden_size, head_size), nn.Tanh(), nn.Linear(head_size, 1))

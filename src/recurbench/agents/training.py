@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Annotated, Literal
 
 import numpy as np
 from pydantic import Field
@@ -12,7 +13,7 @@ from stable_baselines3.common.callbacks import BaseCallback
 
 from recurbench.agents.ppo import MemoryPPO
 from recurbench.config import StrictModel
-from recurbench.envs.minigrid import env_max_steps, make_vec_env
+from recurbench.envs.minigrid import ObsLayout, env_max_steps, make_vec_env
 from recurbench.runtime import raise_if_terminated
 from recurbench.tracking import RunHandle
 
@@ -34,15 +35,29 @@ class PPOSettings(StrictModel):
     max_grad_norm: float = Field(0.5, gt=0, description="gradient-norm clip")
 
 
+MISSION_LEN = 12
+"""Mission tokens in a mission-aware observation (the longest shipped mission has 9 words)."""
+
+
 class CoreSettings(StrictModel):
-    """Network sizes and memory hyperparameters."""
+    """The policy network: what it observes, its sizes and the memory's hyperparameters."""
 
     hidden_size: int = Field(64, ge=1, description="LSTM width H (64 as in the rl-starter-files agents)")
     features_dim: int = Field(64, ge=1, description="observation embedding width")
     attention_size: int = Field(32, ge=1, description="additive-attention width A")
     nu: int = Field(5, ge=1, description="RelLSTM short-term buffer size")
     rho: int = Field(5, ge=0, description="RelLSTM relevant-set size")
-    memory_window: int | None = Field(None, ge=1, description="MemLSTM window M (default: the train env's max_steps)")
+    memory_window: Annotated[int, Field(ge=1)] | Literal["episode"] | None = Field(
+        "episode",
+        description="MemLSTM window M: 'episode' = every state of the episode, in the train and the test env "
+        "(M = the larger of their max_steps); an integer = a window of that many states (sliding beyond); "
+        "null = the train env's max_steps (before 'episode' was added: a sliding window on a longer test env)",
+    )
+    mission: bool = Field(
+        True,
+        description="the agent sees the mission text (a bag of words) beside the image and its direction; "
+        "false: image and direction only, as Kerg et al.'s reference agents",
+    )
 
 
 @dataclass
@@ -55,18 +70,38 @@ class AgentResult:
     model: MemoryPPO | None = None
 
 
+def memory_window(core_settings: CoreSettings, env_id: str, test_env_id: str | None = None) -> int:
+    """MemLSTM's window M for an agent trained on ``env_id`` and tested on ``test_env_id``: with
+    ``memory_window: episode``, the longest episode of either env (so it attends over every state of
+    a test episode too); ``null``, the train env's; an integer, itself."""
+    window = core_settings.memory_window
+    if isinstance(window, int):
+        return window
+    if window is None or test_env_id is None:
+        return env_max_steps(env_id)
+    return max(env_max_steps(env_id), env_max_steps(test_env_id))
+
+
+def mission_len(core_settings: CoreSettings) -> int:
+    """Mission tokens in the observation: :data:`MISSION_LEN`, or 0 for image and direction only."""
+    return MISSION_LEN if core_settings.mission else 0
+
+
 def make_agent(
-    core: str, env_id: str, ppo: PPOSettings, core_settings: CoreSettings, *, seed: int, device: str = "cpu"
+    core: str, env_id: str, ppo: PPOSettings, core_settings: CoreSettings, *, seed: int, device: str = "cpu",
+    test_env_id: str | None = None,
 ) -> MemoryPPO:
-    """A ``MemoryPPO`` with ``core`` on ``ppo.n_envs`` copies of ``env_id`` (mission-aware observations)."""
-    window = core_settings.memory_window or env_max_steps(env_id)
+    """A ``MemoryPPO`` with ``core`` on ``ppo.n_envs`` copies of ``env_id``, observing the mission or
+    not as ``core_settings.mission`` says; ``test_env_id``, the env it will be tested on, sizes
+    MemLSTM's window (:func:`memory_window`)."""
     policy_kwargs = dict(
         core=core, hidden_size=core_settings.hidden_size, features="minigrid", features_dim=core_settings.features_dim,
         core_kwargs=dict(attention_size=core_settings.attention_size, nu=core_settings.nu, rho=core_settings.rho,
-                         memory_window=window) if core != "lstm" else {},
+                         memory_window=memory_window(core_settings, env_id, test_env_id)) if core != "lstm" else {},
     )
+    env = make_vec_env(env_id, ppo.n_envs, seed, mission_len=mission_len(core_settings))
     return MemoryPPO(
-        "MemoryPolicy", make_vec_env(env_id, ppo.n_envs, seed), learning_rate=ppo.learning_rate, n_steps=ppo.n_steps,
+        "MemoryPolicy", env, learning_rate=ppo.learning_rate, n_steps=ppo.n_steps,
         batch_size=ppo.batch_size, n_epochs=ppo.n_epochs, seq_len=ppo.seq_len, gamma=ppo.gamma,
         gae_lambda=ppo.gae_lambda, clip_range=ppo.clip_range, ent_coef=ppo.ent_coef, vf_coef=ppo.vf_coef,
         max_grad_norm=ppo.max_grad_norm, policy_kwargs=policy_kwargs, seed=seed, device=device,
@@ -103,11 +138,13 @@ def evaluate(model: MemoryPPO, env_id: str, n_episodes: int, *, n_envs: int = 8,
     """Mean episodic reward of ``model`` on ``env_id`` over ``n_episodes`` (SB3's ``evaluate_policy``).
 
     Stochastic actions by default (greedy recurrent MiniGrid policies tend to loop forever).
-    Memory is cleared at episode starts through the same ``MemoryCore.step`` as in training.
+    Memory is cleared at episode starts through the same ``MemoryCore.step`` as in training. The
+    env shows the model what it was trained on: the mission when its observations have it.
     """
     from stable_baselines3.common.evaluation import evaluate_policy
 
-    env = make_vec_env(env_id, min(n_envs, n_episodes), seed)
+    tokens = int(np.prod(model.observation_space.shape)) - ObsLayout(mission_len=0).size
+    env = make_vec_env(env_id, min(n_envs, n_episodes), seed, mission_len=tokens)
     try:
         mean, _ = evaluate_policy(model, env, n_eval_episodes=n_episodes, deterministic=deterministic)
     finally:
@@ -131,7 +168,7 @@ def train_agent(
 ) -> AgentResult:
     """Train ``core`` on ``train_env`` (on ``device``), then measure mean reward on ``train_env`` and
     ``test_env``."""
-    model = make_agent(core, train_env, ppo, core_settings, seed=seed, device=device)
+    model = make_agent(core, train_env, ppo, core_settings, seed=seed, device=device, test_env_id=test_env)
     rollouts = max(1, total_timesteps // (ppo.n_envs * ppo.n_steps))
     callback = CurveCallback(run, total_timesteps, progress, log_every=max(1, rollouts // 200))
     start = time.perf_counter()

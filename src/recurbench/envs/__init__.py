@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from recurbench.errors import ConfigError
+
 
 @dataclass(frozen=True)
 class EnvPair:
@@ -25,6 +27,27 @@ ENV_PAIRS: dict[str, EnvPair] = {
         EnvPair("DoorKey", "MiniGrid-DoorKey-5x5-v0", "MiniGrid-DoorKey-16x16-v0"),
     )
 }
+
+
+def pair_of_ids(train: str, test: str) -> EnvPair:
+    """The pair training on ``train`` and testing on ``test``: the shipped one with these ids, else
+    one named ``TRAIN:TEST``."""
+    for pair in ENV_PAIRS.values():
+        if (pair.train, pair.test) == (train, test):
+            return pair
+    return EnvPair(f"{train}:{test}", train, test)
+
+
+def parse_pair(text: str, where: str = "--pair") -> EnvPair:
+    """``TRAIN_ID:TEST_ID`` (two gymnasium ids) as a pair (:func:`pair_of_ids`); the ids are
+    checked against the registry where the env is made."""
+    train, sep, test = (part.strip() for part in text.partition(":"))
+    if not sep or not train or not test or ":" in test:
+        raise ConfigError(
+            f"{where} {text!r}: expected TRAIN_ID:TEST_ID, two gymnasium ids joined by one colon, "
+            "e.g. MiniGrid-MemoryS7-v0:MiniGrid-MemoryS9-v0"
+        )
+    return pair_of_ids(train, test)
 
 
 def registered_env_ids() -> set[str]:

@@ -10,10 +10,14 @@ The mission is tokenised into word ids from a fixed vocabulary (:data:`MISSION_V
 MiniGrid's missions use), padded with 0 to ``L`` tokens; unknown words map to ``<unk>`` (1). The
 policy embeds the tokens as a bag of words (:class:`recurbench.agents.policy.MiniGridFeatures`):
 the target's colour and type are what matter, and bags keep it cheap.
+
+``L = 0`` leaves the mission out: image and direction only, what Kerg et al.'s reference agents saw
+(rl-starter-files' model without text), under which GoToObject, GoToDoor and Fetch sit near chance.
 """
 
 from __future__ import annotations
 
+import difflib
 import re
 from dataclasses import dataclass
 
@@ -35,6 +39,7 @@ for _word in _MINIGRID_WORDS:
     MISSION_VOCAB.setdefault(_word, len(MISSION_VOCAB))
 
 REQUIRED_KEYS = ("image", "direction", "mission")
+"""The observation keys read with the mission (``mission_len > 0``); without it, the first two."""
 
 
 @dataclass(frozen=True)
@@ -67,17 +72,19 @@ def encode_mission(mission: str, length: int) -> np.ndarray:
 
 
 class MissionObservation(gym.ObservationWrapper):
-    """MiniGrid's ``{image, direction, mission}`` as one flat ``uint8`` vector (layout above)."""
+    """MiniGrid's ``{image, direction, mission}`` as one flat ``uint8`` vector (layout above);
+    ``mission_len=0``: image and direction only."""
 
     def __init__(self, env: gym.Env, mission_len: int = 12) -> None:
         super().__init__(env)
         space = env.observation_space
-        missing = [k for k in REQUIRED_KEYS if not isinstance(space, spaces.Dict) or k not in space.spaces]
+        required = REQUIRED_KEYS if mission_len else REQUIRED_KEYS[:2]
+        missing = [k for k in required if not isinstance(space, spaces.Dict) or k not in space.spaces]
         if missing:
             env_id = env.spec.id if env.spec is not None else type(env.unwrapped).__name__
             raise ConfigError(
                 f"environment {env_id!r} lacks the observation keys {missing} (a MiniGrid env with "
-                f"{list(REQUIRED_KEYS)} is expected; got observation space {space})"
+                f"{list(required)} is expected; got observation space {space})"
             )
         image = space["image"]
         view, _, channels = image.shape
@@ -87,7 +94,7 @@ class MissionObservation(gym.ObservationWrapper):
         self._mission_ids = np.zeros(mission_len, dtype=np.uint8)
 
     def observation(self, observation: dict) -> np.ndarray:
-        mission = observation["mission"]
+        mission = observation["mission"] if self.layout.mission_len else ""
         if mission != self._mission:  # missions change only on reset: tokenise once per episode
             self._mission = mission
             self._mission_ids = encode_mission(mission, self.layout.mission_len)
@@ -99,21 +106,36 @@ class MissionObservation(gym.ObservationWrapper):
 
 
 def check_env_id(env_id: str) -> None:
-    """A clear error for an id the installed minigrid does not register."""
-    from recurbench.envs import registered_env_ids
+    """A clear error for an id gymnasium's registry lacks (with minigrid's ids registered), naming
+    the closest registered ids."""
+    import minigrid  # noqa: F401  (registers the MiniGrid and BabyAI ids)
 
-    known = registered_env_ids()
-    if env_id not in known:
-        close = sorted(k for k in known if env_id.split("-")[1:2] and env_id.split("-")[1] in k)[:8]
+    if env_id not in gym.registry:
+        close = difflib.get_close_matches(env_id, list(gym.registry), n=5, cutoff=0.6)
         hint = f"; similar ids: {', '.join(close)}" if close else ""
-        raise ConfigError(f"unknown environment id {env_id!r} (not registered by the installed minigrid){hint}")
+        raise ConfigError(f"unknown environment id {env_id!r} (not in gymnasium's registry){hint}")
 
 
 def make_env(env_id: str, *, mission_len: int = 12, max_steps: int | None = None) -> gym.Env:
-    """One MiniGrid env with mission-aware flat observations (no Monitor: the VecEnv adds it)."""
+    """One MiniGrid env with flat observations (no Monitor: the VecEnv adds it); an env without the
+    observation keys this needs is a :class:`ConfigError` naming them."""
     check_env_id(env_id)
     kwargs = {"max_steps": max_steps} if max_steps is not None else {}
-    return MissionObservation(gym.make(env_id, **kwargs), mission_len=mission_len)
+    try:
+        env = gym.make(env_id, **kwargs)
+    except (gym.error.Error, TypeError, ImportError) as exc:
+        raise ConfigError(f"environment {env_id!r} cannot be made: {exc}") from None
+    try:
+        return MissionObservation(env, mission_len=mission_len)
+    except ConfigError:
+        env.close()
+        raise
+
+
+def check_env(env_id: str, *, mission_len: int = 12) -> None:
+    """Make ``env_id`` once and close it: an unknown id or missing observation keys fail here, before
+    any training (the suite calls it while planning)."""
+    make_env(env_id, mission_len=mission_len).close()
 
 
 def make_vec_env(env_id: str, n_envs: int, seed: int, *, mission_len: int = 12, max_steps: int | None = None):

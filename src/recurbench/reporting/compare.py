@@ -24,6 +24,7 @@ import pandas as pd
 from recurbench.config import check_unique
 from recurbench.errors import ConfigError, RecurbenchError
 from recurbench.reporting.reference import (
+    KERG_TABLE4_CAVEAT,
     LTSF_DATASET_ORDER,
     LTSF_MODEL_ORDER,
     MINIGRID_AGENT_ORDER,
@@ -296,7 +297,10 @@ def ltsf_wins(ours: pd.DataFrame, paper: pd.DataFrame | None) -> pd.DataFrame:
 
 
 def _minigrid_complete(comp: Comparison, reference: str, frame: pd.DataFrame) -> None:
-    ours = comp.cells
+    ours = minigrid_ratio_of_means(comp.cells, frame)
+    if zero := [f"{r.env}/{r.agent}" for r in ours.itertuples() if r.metric == "generalisation_ratio" and r.n
+                and math.isnan(r.mean)]:
+        comp.notes.append(f"test/train has no value where the mean train reward is 0: {', '.join(zero)}")
     envs = list(dict.fromkeys(ours["env"]))
     agents = [a for a in MINIGRID_AGENT_ORDER if a in set(ours["agent"]) or reference == "paper"]
     agents += sorted(set(ours["agent"]) - set(agents))
@@ -309,8 +313,25 @@ def _minigrid_complete(comp: Comparison, reference: str, frame: pd.DataFrame) ->
         # Rows that are missing on both sides (LSTM in the paper, not run by us) say nothing.
         groups = cells.groupby(["env", "agent"])
         cells = cells[groups["n"].transform("sum").gt(0) | groups["paper"].transform("count").gt(0)]
+        comp.notes.append(f"paper: {KERG_TABLE4_CAVEAT}")
     comp.cells = cells.reset_index(drop=True)
     comp.aggregate = minigrid_aggregate(frame)
+
+
+def minigrid_ratio_of_means(cells: pd.DataFrame, frame: pd.DataFrame) -> pd.DataFrame:
+    """``cells`` with each (env, agent)'s ``generalisation_ratio`` as mean test reward / mean train
+    reward over its seeds (std and IQM NaN; n the seeds with both rewards). A mean of per-seed
+    ratios would have to drop a seed whose train reward is 0; this counts every seed, and is NaN only
+    when the mean train reward itself is 0."""
+    cells = cells.copy()
+    for i in cells.index[cells["metric"] == "generalisation_ratio"]:
+        sub = frame[(frame["env"] == cells.at[i, "env"]) & (frame["agent"] == cells.at[i, "agent"])]
+        sub = sub.dropna(subset=["train_reward", "test_reward"])
+        train, test = sub["train_reward"].mean(), sub["test_reward"].mean()
+        cells.loc[i, ["mean", "std"]] = [test / train if len(sub) and train > 0 else math.nan, math.nan]
+        cells.loc[i, "n"] = len(sub)
+        cells.loc[i, [c for c in ("iqm", "iqm_lo", "iqm_hi") if c in cells]] = math.nan
+    return cells
 
 
 def minigrid_aggregate(frame: pd.DataFrame) -> pd.DataFrame:

@@ -29,6 +29,14 @@ RSA_PAIRS: dict[str, str] = {"informer": "rsa_informer", "logsparse": "rsa_logsp
 LTSF_MODEL_ORDER: tuple[str, ...] = tuple(LTSF_PAPER_MODELS)
 LTSF_DATASET_ORDER: tuple[str, ...] = ("ETTh1", "ETTh2", "ETTm1", "WTH")
 
+#: How Kerg et al.'s Table 4 figures were produced (shared/papers/README.md), printed beside them: their
+#: code differs from recurbench's agents there, so the figures are not a like-for-like target.
+KERG_TABLE4_CAVEAT = (
+    "Kerg et al.'s Table 4 came from agents that saw image and direction only, in code that cleared the "
+    "attention memory at every acting step and at the start of every 16-step training chunk; recurbench "
+    "clears it at episode starts only"
+)
+
 #: recurbench core name -> the column prefix in Kerg et al.'s Table 4 (LSTM: not in the paper).
 MINIGRID_PAPER_AGENTS: dict[str, str] = {"memlstm": "memlstm", "rellstm": "rellstm"}
 MINIGRID_AGENT_ORDER: tuple[str, ...] = ("lstm", "memlstm", "rellstm")

@@ -33,7 +33,7 @@ import pandas as pd
 from recurbench.errors import ConfigError
 from recurbench.reporting import figures
 from recurbench.reporting.compare import Comparison, compare_runs, layout
-from recurbench.reporting.reference import RSA_PAIRS
+from recurbench.reporting.reference import KERG_TABLE4_CAVEAT, RSA_PAIRS
 from recurbench.reporting.rem import RemHead, parse_rem_params, rem_heads_from_metrics
 from recurbench.reporting.render import MISSING, markdown_table, text_tables
 from recurbench.reporting.runs import RunRecord, SuiteRuns, load_runs
@@ -257,7 +257,8 @@ def _minigrid_figures(runs: SuiteRuns, comp: Comparison, fig_dir: Path) -> tuple
         omitted.append("learning curves: no run logged rollout_reward")
     if (fig := figures.generalisation_bars(cells)) is not None:
         built.append(_save(fig, fig_dir, "minigrid_generalisation", "Train small, test large",
-                           "Final train and test reward per env pair and core (± std over seeds), with Kerg et al.'s Table 4 (×)."))
+                           "Final train and test reward per env pair and core (± std over seeds), with Kerg et al.'s "
+                           f"Table 4 (×). {KERG_TABLE4_CAVEAT}."))
     return built, omitted
 
 

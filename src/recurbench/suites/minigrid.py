@@ -2,15 +2,20 @@
 small MiniGrid environment and tested on a larger one.
 
 ``plan`` expands a profile into one run per env pair x core x seed, checking names (with their path
-in the suite file) and that the installed minigrid registers every id before anything trains.
-``execute`` trains :class:`~recurbench.agents.ppo.MemoryPPO` with the core on the pair's train env
-and logs, per run: the learning curve ``rollout_reward`` (mean episodic reward of the last 100
-episodes, step = env steps), then ``train_reward`` and ``test_reward`` (mean over ``eval_episodes``
-episodes each) and ``generalisation_ratio`` = test / train. Tags ``agent`` (core) and ``env`` (pair)
-come with the runner's standard tags.
+in the suite file), that gymnasium registers every id and that each env has the observation keys
+the agent reads, before anything trains. A pair is a shipped one (:data:`recurbench.envs.ENV_PAIRS`),
+one the suite file defines under ``pairs`` (name -> train and test id), or one given on the command
+line as ``TRAIN_ID:TEST_ID`` (selection key ``pairs``; named by its ids unless they are a shipped
+pair's). ``execute`` trains :class:`~recurbench.agents.ppo.MemoryPPO` with the core on the pair's
+train env and logs, per run: the learning curve ``rollout_reward`` (mean episodic reward of the last
+100 episodes, step = env steps), then ``train_reward`` and ``test_reward`` (mean over
+``eval_episodes`` episodes each) and ``generalisation_ratio`` = test / train. Tags ``agent`` (core),
+``env`` (pair) and ``observation`` (``image+direction`` or ``image+direction+mission``) come with the
+runner's standard tags.
 
-``summary_rows`` gives the mean over seeds per pair x core next to the paper's figures
-(``reference/kerg_table4_minigrid.csv``; the paper reports MemLSTM and RelLSTM only).
+``summary_rows`` gives the means over seeds per pair x core (test/train: the ratio of the two means)
+next to the paper's figures (``reference/kerg_table4_minigrid.csv``; the paper reports MemLSTM and
+RelLSTM only), with how the paper's code produced them (:data:`recurbench.reporting.reference.KERG_TABLE4_CAVEAT`).
 """
 
 from __future__ import annotations
@@ -18,17 +23,18 @@ from __future__ import annotations
 import csv
 import math
 import statistics
+import textwrap
 from collections.abc import Mapping, Sequence
 from functools import lru_cache
 from importlib import resources
 from typing import TYPE_CHECKING, Annotated, Any
 
-from pydantic import BaseModel, Field
+from pydantic import AfterValidator, BaseModel, Field, ValidationInfo
 
 from recurbench.agents import CORES
-from recurbench.agents.training import CoreSettings, PPOSettings
-from recurbench.config import StrictModel, Unique, known_name
-from recurbench.envs import ENV_PAIRS
+from recurbench.agents.training import CoreSettings, PPOSettings, mission_len
+from recurbench.config import StrictModel, Unique, check_names, check_unique, known_name
+from recurbench.envs import ENV_PAIRS, EnvPair, parse_pair
 from recurbench.errors import ConfigError
 from recurbench.suites.runner import (
     ProgressFn,
@@ -44,8 +50,38 @@ if TYPE_CHECKING:
     import torch
 
 
+class PairIds(StrictModel):
+    """A train/test pair a suite file defines: gymnasium ids (checked against the registry by ``plan``)."""
+
+    train: str = Field(min_length=1, description="the env trained on")
+    test: str = Field(min_length=1, description="the env tested on")
+
+
+def _new_pair_names(pairs: dict[str, PairIds]) -> dict[str, PairIds]:
+    for name in pairs:
+        if name in ENV_PAIRS:
+            raise ValueError(f"{name!r} is a shipped env pair's name; give this pair another")
+    return pairs
+
+
+def _known_pair(name: str, info: ValidationInfo) -> str:
+    """An env pair name: a shipped pair or one of the profile's ``pairs`` (validated before ``envs``)."""
+    if name not in ENV_PAIRS and name not in info.data.get("pairs", {}):
+        known = [*ENV_PAIRS, *info.data.get("pairs", {})]
+        raise ValueError(f"unknown env pair {name!r}; known: {', '.join(known)}")
+    return name
+
+
+def observation_tag(core: CoreSettings) -> str:
+    """What the agent observes, as runs tag it."""
+    return "image+direction+mission" if core.mission else "image+direction"
+
+
 class MinigridProfile(StrictModel):
-    envs: Annotated[list[known_name(ENV_PAIRS, "env pair")], Unique] = Field(min_length=1)
+    pairs: Annotated[dict[str, PairIds], AfterValidator(_new_pair_names)] = Field(
+        default_factory=dict, description="env pairs of this file: name -> {train: id, test: id}"
+    )
+    envs: Annotated[list[Annotated[str, AfterValidator(_known_pair)]], Unique] = Field(min_length=1)
     models: Annotated[list[known_name(CORES, "memory core")], Unique] = Field(min_length=1)
     seeds: int = Field(1, ge=1)
     total_timesteps: int = Field(ge=1, description="environment steps of training per run")
@@ -53,27 +89,60 @@ class MinigridProfile(StrictModel):
     ppo: PPOSettings = PPOSettings()
     core: CoreSettings = CoreSettings()
 
+    def all_pairs(self) -> dict[str, EnvPair]:
+        """The shipped pairs and this profile's own, by name."""
+        return {**ENV_PAIRS, **{name: EnvPair(name, ids.train, ids.test) for name, ids in self.pairs.items()}}
+
 
 @lru_cache(maxsize=1)
-def paper_table() -> dict[tuple[str, str], dict[str, float]]:
-    """``{(train_env, core): {"train": r, "test": r}}`` from Kerg et al.'s Table 4."""
+def paper_table() -> dict[tuple[str, str, str], dict[str, float]]:
+    """``{(train_env, test_env, core): {"train": r, "test": r}}`` from Kerg et al.'s Table 4."""
     path = resources.files("recurbench.suites").joinpath("reference/kerg_table4_minigrid.csv")
-    table: dict[tuple[str, str], dict[str, float]] = {}
+    table: dict[tuple[str, str, str], dict[str, float]] = {}
     with path.open(encoding="utf-8") as fh:
         for row in csv.DictReader(fh):
             for core in ("memlstm", "rellstm"):
-                table[(row["train_env"], core)] = {"train": float(row[f"{core}_train"]), "test": float(row[f"{core}_test"])}
+                table[(row["train_env"], row["test_env"], core)] = {
+                    "train": float(row[f"{core}_train"]), "test": float(row[f"{core}_test"])
+                }
     return table
 
 
-def _params(profile: MinigridProfile, pair_name: str, core: str) -> dict[str, Any]:
-    """The params a run of ``core`` on env pair ``pair_name`` logs (the seed aside)."""
-    pair = ENV_PAIRS[pair_name]
+def _params(profile: MinigridProfile, pair: EnvPair, core: str) -> dict[str, Any]:
+    """The params a run of ``core`` on env pair ``pair`` logs (the seed aside)."""
     return {
         "train_env": pair.train, "test_env": pair.test, "core": core,
         "total_timesteps": profile.total_timesteps, "eval_episodes": profile.eval_episodes,
         "ppo": profile.ppo.model_dump(), "core_settings": profile.core.model_dump(),
     }
+
+
+def selected_pairs(profile: MinigridProfile, selection: Mapping[str, Any]) -> list[EnvPair]:
+    """``--envs`` (names) and ``--pair`` (``TRAIN_ID:TEST_ID``, selection key ``pairs``), else the
+    profile's ``envs``. A ``--pair`` whose ids are a known pair's runs as that pair."""
+    known = profile.all_pairs()
+    by_ids = {(p.train, p.test): p for p in known.values()}
+    names = list(selection.get("envs") or ([] if selection.get("pairs") else profile.envs))
+    check_names(names, known, "env pair", "--envs")
+    pairs = [known[name] for name in names]
+    for i, text in enumerate(selection.get("pairs") or ()):
+        parsed = parse_pair(text, f"--pair.{i}")
+        pairs.append(by_ids.get((parsed.train, parsed.test), parsed))
+    check_unique([p.name for p in pairs], "env pair", "--envs/--pair")
+    return pairs
+
+
+def check_pair_envs(pairs: Sequence[EnvPair], core: CoreSettings) -> None:
+    """Each env id registered and made once with the observation the agent reads: a bad one is a
+    ConfigError naming its pair, before anything trains."""
+    from recurbench.envs.minigrid import check_env
+
+    for pair in pairs:
+        for role, env_id in (("train", pair.train), ("test", pair.test)):
+            try:
+                check_env(env_id, mission_len=mission_len(core))
+            except ConfigError as exc:
+                raise ConfigError(f"env pair {pair.name!r} ({role}): {exc}") from None
 
 
 class MinigridSuite(SuiteDefinition):
@@ -84,7 +153,7 @@ class MinigridSuite(SuiteDefinition):
 
     def plan(self, profile: BaseModel, selection: Mapping[str, Any], *, data_dir: str | None) -> list[RunPlan]:
         assert isinstance(profile, MinigridProfile)
-        envs = selected_names(selection, "envs", profile.envs, ENV_PAIRS, "env pair")
+        pairs = selected_pairs(profile, selection)
         models = selected_names(selection, "models", profile.models, CORES, "memory core")
         seeds = selected_seeds(selection, profile.seeds)
         if selection.get("total_timesteps"):
@@ -94,35 +163,27 @@ class MinigridSuite(SuiteDefinition):
                 f"ppo: n_steps ({profile.ppo.n_steps}) and batch_size ({profile.ppo.batch_size}) must be "
                 f"multiples of seq_len ({profile.ppo.seq_len})"
             )
-        from recurbench.envs.minigrid import check_env_id
-
-        for pair_name in envs:
-            pair = ENV_PAIRS[pair_name]
-            for env_id in (pair.train, pair.test):
-                try:
-                    check_env_id(env_id)
-                except ConfigError as exc:
-                    raise ConfigError(f"env pair {pair_name!r}: {exc}") from None
-        plans = []
-        for pair_name in envs:
-            for core in models:
-                for seed in seeds:
-                    plans.append(RunPlan(f"{pair_name}-{core}-s{seed}", seed, {"agent": core, "env": pair_name},
-                                         _params(profile, pair_name, core), payload=(ENV_PAIRS[pair_name], core, profile)))
-        return plans
+        check_pair_envs(pairs, profile.core)
+        tags = {"observation": observation_tag(profile.core)}
+        return [
+            RunPlan(f"{pair.name}-{core}-s{seed}", seed, {"agent": core, "env": pair.name, **tags},
+                    _params(profile, pair, core), payload=(pair, core, profile))
+            for pair in pairs for core in models for seed in seeds
+        ]
 
     def shipped_settings(self, profile: BaseModel) -> list[tuple[dict[str, str], dict[str, str | None]]]:
-        """Every env pair x memory core, at the profile's settings."""
+        """Every env pair (shipped and the profile's own) x memory core, at the profile's settings."""
         from recurbench.tracking import flatten, param_value
 
         assert isinstance(profile, MinigridProfile)
         return [
-            ({"env": pair, "agent": core}, {k: param_value(v) for k, v in flatten(_params(profile, pair, core)).items()})
-            for pair in ENV_PAIRS for core in CORES
+            ({"env": name, "agent": core}, {k: param_value(v) for k, v in flatten(_params(profile, pair, core)).items()})
+            for name, pair in profile.all_pairs().items() for core in CORES
         ]
 
     def param_defaults(self) -> dict[str, str]:
-        """PPO's and the core's default settings, as the runs log them."""
+        """PPO's and the core's default settings, as the runs log them: a run from before
+        ``core_settings.mission`` was added saw the mission (``True``)."""
         from recurbench.tracking import flatten, param_value
 
         defaults = {"ppo": PPOSettings().model_dump(), "core_settings": CoreSettings().model_dump()}
@@ -146,21 +207,43 @@ class MinigridSuite(SuiteDefinition):
                 "generalisation_ratio": result.generalisation_ratio}
 
     def summary_rows(self, outcomes: Sequence[RunOutcome]) -> tuple[list[str], list[list[str]]]:
+        """Per pair x core: finished seeds, mean train and test reward, and test/train as the ratio of
+        those means (every finished seed counts, one with train reward 0 too); the paper's figures
+        (marked †, with a closing row saying how they were produced)."""
+        from recurbench.reporting.reference import KERG_TABLE4_CAVEAT
+
         groups: dict[tuple[str, str], list[RunOutcome]] = {}
         for o in outcomes:
             groups.setdefault((o.plan.tags["env"], o.plan.tags["agent"]), []).append(o)
-        header = ["env pair", "core", "seeds ok", "train", "test", "test/train", "paper train", "paper test"]
+        header = ["env pair", "core", "seeds ok", "train", "test", "test/train", "paper train†", "paper test†"]
         rows = []
         for (pair_name, core), group in groups.items():
             done = [o for o in group if o.status == "FINISHED"]
-
-            def mean(key: str, done: list[RunOutcome] = done) -> str:
-                values = [o.metrics[key] for o in done if not math.isnan(o.metrics.get(key, math.nan))]
-                return f"{statistics.fmean(values):.2f}" if values else "-"
-
-            paper = paper_table().get((ENV_PAIRS[pair_name].train, core))
+            train, test = (_mean([o.metrics.get(key, math.nan) for o in done]) for key in ("train_reward", "test_reward"))
+            pair = group[0].plan.payload[0] if group[0].plan.payload else ENV_PAIRS.get(pair_name)
+            paper = paper_table().get((pair.train, pair.test, core)) if pair else None
             rows.append([
-                pair_name, core, f"{len(done)}/{len(group)}", mean("train_reward"), mean("test_reward"),
-                mean("generalisation_ratio"), f"{paper['train']:.2f}" if paper else "-", f"{paper['test']:.2f}" if paper else "-",
+                pair_name, core, f"{len(done)}/{len(group)}", _fmt(train), _fmt(test), _ratio(test, train),
+                f"{paper['train']:.2f}" if paper else "-", f"{paper['test']:.2f}" if paper else "-",
             ])
+        if any(row[-1] != "-" for row in rows):  # wrapped to the pair names' width: a footnote, not a wide column
+            note = textwrap.fill(f"† {KERG_TABLE4_CAVEAT}", max(30, *(len(row[0]) for row in rows)))
+            rows.append([note, *[""] * (len(header) - 1)])
         return header, rows
+
+
+def _mean(values: Sequence[float]) -> float:
+    """Mean of the values that are numbers (NaN when none is)."""
+    numbers = [v for v in values if not math.isnan(v)]
+    return statistics.fmean(numbers) if numbers else math.nan
+
+
+def _fmt(value: float) -> str:
+    return "-" if math.isnan(value) else f"{value:.2f}"
+
+
+def _ratio(test: float, train: float) -> str:
+    """test/train of the means over seeds; a mean train reward of 0 has no ratio, and says so."""
+    if math.isnan(test) or math.isnan(train):
+        return "-"
+    return f"{test / train:.2f}" if train > 0 else "- (train 0)"
