@@ -77,6 +77,16 @@ def test_evaluate_averages_over_every_window_whatever_the_batch_size():
         assert abs(got["mse"] - expected["mse"]) < 1e-6 and abs(got["mae"] - expected["mae"]) < 1e-6
 
 
+def test_a_test_stride_scores_every_nth_window_only():
+    data = windows(37)
+    model = Scale(w=0.5)
+    x, y = data.tensors[0][::5], data.tensors[1][::5]  # windows 0, 5, ..., 35
+    err = 0.5 * x[:, -1:, :].expand(-1, 2, -1) - y
+    got = evaluate(model, data, 2, batch_size=3, stride=5)
+    assert abs(got["mse"] - float(err.pow(2).mean())) < 1e-6 and abs(got["mae"] - float(err.abs().mean())) < 1e-6
+    assert abs(evaluate(model, data, 2, stride=1)["mse"] - got["mse"]) > 1e-6  # the stride matters here
+
+
 def _one_step(factor: float, epochs: int = 1, gate_factor: float | None = None):
     from recurbench.forecasters.config import ForecasterConfig, RSASpec
     from recurbench.forecasters.models import build_network

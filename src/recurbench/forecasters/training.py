@@ -23,7 +23,7 @@ from typing import Any
 
 import torch
 from torch import nn
-from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import DataLoader, Dataset, Subset
 
 from recurbench.devices import synchronize
 from recurbench.forecasters.layers.rsa import RSAMixer
@@ -155,8 +155,11 @@ def forecast_batch(model: nn.Module, batch: tuple[torch.Tensor, ...], pred_len: 
 
 @torch.no_grad()
 def evaluate(model: nn.Module, dataset: Dataset, pred_len: int, *, batch_size: int = 256,
-             max_batches: int | None = None) -> dict[str, float]:
-    """MSE and MAE over all windows of ``dataset`` (or its first ``max_batches`` batches)."""
+             max_batches: int | None = None, stride: int = 1) -> dict[str, float]:
+    """MSE and MAE over all windows of ``dataset`` (or its first ``max_batches`` batches); with
+    ``stride`` n, over windows 0, n, 2n, ... only (:attr:`TrainConfig.test_stride`)."""
+    if stride > 1:
+        dataset = Subset(dataset, range(0, len(dataset), stride))  # type: ignore[arg-type]
     was_training = model.training
     model.eval()
     sq = ab = 0.0

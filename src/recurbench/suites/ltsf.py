@@ -398,9 +398,8 @@ class LTSFSuite(SuiteDefinition):
         result = train(network, data.train.dataset(), data.val.dataset(), job.window.pred_len, job.training,
                        on_epoch=on_epoch, on_batch=on_batch, on_check=on_check)
         test_set = data.test.dataset()
-        if job.training.test_stride > 1:
-            test_set = torch.utils.data.Subset(test_set, range(0, len(test_set), job.training.test_stride))
-        test = evaluate(network, test_set, job.window.pred_len, batch_size=job.training.eval_batch_size)
+        test = evaluate(network, test_set, job.window.pred_len, batch_size=job.training.eval_batch_size,
+                        stride=job.training.test_stride)
         gates, rem = rsa_state(network)
         metrics = {
             "test_mse": test["mse"], "test_mae": test["mae"], "n_params": float(n_params),
