@@ -333,6 +333,8 @@ def run_cmd(
         list[str] | None,
         typer.Option("--languages", help="langs: languages to run (parity, tomita3, tomita5, tomita6, d2, d4)."),
     ] = None,
+    tasks: Annotated[list[str] | None, typer.Option("--tasks", help="memory: tasks to run (copy, denoise).")] = None,
+    lengths: Annotated[list[str] | None, typer.Option("--lengths", help="memory: delays T to run, e.g. 100,500.")] = None,
     seeds: Annotated[int | None, typer.Option("--seeds", help="Number of seeds, overriding the profile.")] = None,
     first_seed: Annotated[
         int, typer.Option("--first-seed", help="First seed: runs seeds S..S+N-1 (add seeds to a finished set).")
@@ -374,7 +376,7 @@ def run_cmd(
         raise RecurbenchError(f"unknown suite {suite!r}; known suites: {', '.join(SUITES)}")
     selection: dict[str, Any] = {}
     for key, value in (("datasets", datasets), ("horizons", horizons), ("models", models), ("envs", envs),
-                       ("languages", languages), ("pairs", pairs)):
+                       ("languages", languages), ("pairs", pairs), ("tasks", tasks), ("lengths", lengths)):
         if (items := _split_csv(value)) is not None:
             selection[key] = items
     _at_least(1, seeds=seeds)
@@ -547,7 +549,7 @@ def tune_cmd(
 
 @app.command("compare")
 def compare_cmd(
-    suite: Annotated[str, typer.Argument(help="Suite whose runs to compare: ltsf | minigrid | langs.")],
+    suite: Annotated[str, typer.Argument(help="Suite whose runs to compare: ltsf | minigrid | langs | memory.")],
     experiment: Annotated[str | None, typer.Option("--experiment", help="MLflow experiment (default: recurbench-SUITE).")] = None,
     reference: Annotated[str, typer.Option("--reference", help="paper: the published values beside ours; none: ours only.")] = "paper",
     fmt: Annotated[str, typer.Option("--format", help="table | markdown | csv | latex")] = "table",
@@ -575,7 +577,7 @@ def compare_cmd(
 
 @app.command("report")
 def report_cmd(
-    suite: Annotated[str, typer.Argument(help="Suite whose runs to report: ltsf | minigrid | langs.")],
+    suite: Annotated[str, typer.Argument(help="Suite whose runs to report: ltsf | minigrid | langs | memory.")],
     out: Annotated[str, typer.Option("--out", help="Folder to write the report and its figures into.")],
     fmt: Annotated[str, typer.Option("--format", help="html (one self-contained file) | markdown (report.md + PNGs)")] = "html",
     experiment: Annotated[str | None, typer.Option("--experiment", help="MLflow experiment (default: recurbench-SUITE).")] = None,

@@ -203,7 +203,12 @@ def _definitions() -> dict[str, Callable[[], SuiteDefinition]]:
 
         return LangsSuite()
 
-    return {"ltsf": ltsf, "minigrid": minigrid, "langs": langs}
+    def memory() -> SuiteDefinition:
+        from recurbench.suites.memory import MemorySuite
+
+        return MemorySuite()
+
+    return {"ltsf": ltsf, "minigrid": minigrid, "langs": langs, "memory": memory}
 
 
 SUITES: dict[str, Callable[[], SuiteDefinition]] = _definitions()

@@ -1,0 +1,68 @@
+"""Training throughput of the memory-task sequence models: the step loop against the fast paths.
+
+For each core and delay T: updates per second (forward, backward, clip, Adam) at the reference
+sizes (batch 10, width 128, copy task), with the plain step loop (``MemoryCore.step`` per symbol, as
+the agents step) and with the model's fast path (``nn.LSTM``'s fused kernel for the LSTM; the
+compiled cell for MemLSTM / RelLSTM, when ``compile_core``). Steps per second = updates/s x L.
+Wall-clock and CPU-time rates are both given: the latter is robust to other processes on the cores.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+import torch
+
+from recurbench.memory.models import SequenceModelConfig, build_model
+from recurbench.memory.tasks import make_task
+from recurbench.memory.training import sequence_loss
+
+
+def _timed_updates(model: torch.nn.Module, inputs: torch.Tensor, targets: torch.Tensor, updates: int,
+                   fast: bool) -> tuple[float, float]:
+    """Updates per wall-clock second and per CPU second of this process."""
+    optimizer = torch.optim.Adam(model.parameters(), lr=2e-4)
+
+    def update() -> None:
+        loss = sequence_loss(model(inputs, fast=fast), targets)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+
+    update()  # warm-up (and, for a compiled cell, the compilation)
+    start, start_cpu = time.perf_counter(), time.process_time()
+    for _ in range(updates):
+        update()
+    return updates / (time.perf_counter() - start), updates / (time.process_time() - start_cpu)
+
+
+def bench_memory(
+    cores: Sequence[str] = ("lstm", "memlstm", "rellstm"),
+    lengths: Sequence[int] = (100, 500, 1000),
+    *,
+    updates: int = 3,
+    compile_core: bool = True,
+    threads: int = 1,
+    progress: Callable[[str], None] = lambda _: None,
+) -> list[dict[str, Any]]:
+    """One row per core x T x path (``step``: the step loop, ``fast``: the model's fast path):
+    ``updates_per_s``, ``steps_per_s`` (wall) and ``updates_per_cpu_s``, ``steps_per_cpu_s``."""
+    torch.set_num_threads(threads)
+    rows = []
+    for T in lengths:
+        task = make_task("copy", T)
+        inputs, targets = (torch.as_tensor(a) for a in task.sample(10, np.random.default_rng(0)))
+        for core in cores:
+            for path in ("step", "fast"):
+                progress(f"{core} T={T} {path}")
+                torch._dynamo.reset()  # a fresh compilation per model, as in a run (see training.py)
+                torch.manual_seed(0)
+                model = build_model(task, SequenceModelConfig(core), compile_core=compile_core)
+                wall, cpu = _timed_updates(model, inputs, targets, updates, fast=path == "fast")
+                rows.append({"core": core, "T": T, "path": path, "updates_per_s": wall, "steps_per_s": wall * task.seq_len,
+                             "updates_per_cpu_s": cpu, "steps_per_cpu_s": cpu * task.seq_len, "threads": threads})
+    return rows

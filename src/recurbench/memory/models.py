@@ -1,0 +1,204 @@
+"""Sequence models for the memory tasks: input layer -> the PPO agents' memory core -> linear head.
+
+The core is built by :func:`recurbench.agents.cores.make_core`, the same function the agents' policy
+uses, and driven the way the policy drives it: one :meth:`~recurbench.agents.cores.MemoryCore.step`
+per symbol, with ``episode_starts`` 1.0 at the first step of every sequence (which clears the state,
+memory included) and 0.0 after. Every sequence is one episode: the reference code also starts each
+batch with an empty state and memory (``kerg_copy_denoise.md`` section 6.6).
+
+Layouts: tokens ``[B, L]`` in, logits ``[B, L, C]`` out (batch first, as the tasks draw them); the
+core is stepped time first (``[L, B, F]``, the layout of ``MemoryCore.forward_sequence``).
+
+Two faster paths give the same outputs as stepping (``tests/memory/test_memory_models.py``):
+
+* ``lstm``: the :class:`~recurbench.agents.cores.LSTMCore`'s own ``nn.LSTMCell`` parameters run
+  through ``nn.LSTM``'s fused sequence kernel (the two share their weight layout), since nothing
+  resets within a sequence. About 3x the steps per second of the step loop on a CPU.
+* attentive cores (``compile_core=True``, when gradients are recorded): the core's :meth:`cell`
+  compiled by ``torch.compile`` and stepped exactly as ``MemoryCore.step`` does (``reset``, then
+  ``cell``). About 2x on a CPU, for a compilation of 10-60 s per process and core shape (inductor
+  caches it on disk).
+
+:meth:`MemorySequenceModel.hidden_states` always steps eagerly: the gradient recorder needs each
+``h_t`` as the tensor the next step consumed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from recurbench.agents import CORES
+from recurbench.agents.cores import LSTMCore, MemoryCore, State, make_core
+from recurbench.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class SequenceModelConfig:
+    """The network of a memory-task run.
+
+    Parameters
+    ----------
+    core : str
+        A memory core of :data:`recurbench.agents.CORES`: ``lstm``, ``memlstm`` or ``rellstm``.
+    hidden_size : int
+        Width ``H`` of the LSTM (128 in the reference code).
+    attention_size : int
+        Width ``A`` of the additive attention ``v' tanh(W s + U h)`` (attentive cores only).
+    nu : int
+        RelLSTM: size of the short-term buffer (at least 1).
+    rho : int
+        RelLSTM: size of the relevant set (at least 0). ``kappa = nu + rho`` bounds the attended states.
+    memory_window : int or None
+        MemLSTM: how many past states it attends over; None: every state of the sequence (the
+        paper's MemRNN: memory and time grow as ``L^2``).
+    embedding_dim : int or None
+        None: the one-hot input of the reference code; an integer: a learned embedding of that width.
+    """
+
+    core: str
+    hidden_size: int = 128
+    attention_size: int = 64
+    nu: int = 10
+    rho: int = 10
+    memory_window: int | None = None
+    embedding_dim: int | None = None
+
+    def check(self, where: str = "model") -> None:
+        """Raise a :class:`ConfigError` naming the first bad setting (``where`` prefixes its key)."""
+        if self.core not in CORES:
+            raise ConfigError(f"{where}.core: unknown memory core {self.core!r}; known: {', '.join(CORES)}")
+        if self.nu < 1:
+            raise ConfigError(f"{where}.nu: the short-term buffer holds at least the last state (nu >= 1), got {self.nu}")
+        if self.rho < 0:
+            raise ConfigError(f"{where}.rho: the relevant set cannot have a negative size (rho >= 0), got {self.rho}")
+        for key in ("hidden_size", "attention_size", "memory_window", "embedding_dim"):
+            value = getattr(self, key)
+            if value is not None and value < 1:
+                raise ConfigError(f"{where}.{key}: must be at least 1, got {value}")
+
+    @property
+    def kappa(self) -> int:
+        """``nu + rho``, the most states a RelLSTM step attends to (Kerg et al. App. C)."""
+        return self.nu + self.rho
+
+
+class OneHot(nn.Module):
+    """The reference code's input encoding: symbol k -> the k-th unit vector (no parameters)."""
+
+    def __init__(self, vocab_size: int) -> None:
+        super().__init__()
+        self.vocab_size = vocab_size
+
+    def forward(self, tokens: Tensor) -> Tensor:
+        return F.one_hot(tokens, self.vocab_size).float()
+
+
+class MemorySequenceModel(nn.Module):
+    """Tokens -> input layer -> memory core (one episode per sequence) -> linear readout per step.
+
+    Parameters
+    ----------
+    vocab_size, n_classes : int
+        Input symbols and output classes of the task (:class:`recurbench.memory.tasks.MemoryTask`).
+    seq_len : int
+        ``L``, the task's sequence length: MemLSTM's window when ``memory_window`` is None.
+    config : SequenceModelConfig
+        The core and its sizes.
+    compile_core : bool
+        Run an attentive core's ``cell`` through ``torch.compile`` in :meth:`forward`.
+    """
+
+    def __init__(self, vocab_size: int, n_classes: int, seq_len: int, config: SequenceModelConfig,
+                 *, compile_core: bool = False) -> None:
+        super().__init__()
+        config.check()
+        self.config, self.seq_len, self.compile_core = config, seq_len, compile_core
+        if config.embedding_dim is None:
+            self.embed: nn.Module = OneHot(vocab_size)
+            input_size = vocab_size
+        else:
+            self.embed = nn.Embedding(vocab_size, config.embedding_dim)
+            input_size = config.embedding_dim
+        self.core: MemoryCore = make_core(
+            config.core, input_size, config.hidden_size, attention_size=config.attention_size, nu=config.nu,
+            rho=config.rho, memory_window=config.memory_window or seq_len,
+        )
+        self.head = nn.Linear(config.hidden_size, n_classes)
+        nn.init.xavier_normal_(self.head.weight)  # the reference code's readout init
+        nn.init.zeros_(self.head.bias)
+        self._compiled_cell: Callable[..., Any] | None = None
+        self._lstm_shell: nn.LSTM | None = None
+
+    # -- the agent's path ------------------------------------------------------------------------
+
+    def _inputs(self, tokens: Tensor) -> tuple[Tensor, Tensor]:
+        """Time-first core inputs ``[L, B, F]`` and episode starts ``[L, B]`` (1.0 at t = 0)."""
+        x = self.embed(tokens.t())
+        starts = torch.zeros(x.shape[0], x.shape[1], device=x.device)
+        starts[0] = 1.0
+        return x, starts
+
+    def _initial_state(self, batch: int, device: torch.device) -> State:
+        return self.core.initial_state(batch, device)
+
+    def step_outputs(self, tokens: Tensor, *, cell: Callable[..., Any] | None = None) -> list[Tensor]:
+        """The core's output ``h_t`` [B, H] for every step, stepping as the agents do: ``core.step``
+        (or, with ``cell``, ``core.reset`` then ``cell``, which is what ``core.step`` does)."""
+        x, starts = self._inputs(tokens)
+        state = self._initial_state(tokens.shape[0], tokens.device)
+        outputs = []
+        for t in range(x.shape[0]):
+            if cell is None:
+                out, state = self.core.step(x[t], state, starts[t])
+            else:
+                out, state = cell(x[t], self.core.reset(state, starts[t]))
+            outputs.append(out)
+        return outputs
+
+    def hidden_states(self, tokens: Tensor) -> tuple[Tensor, list[Tensor]]:
+        """Logits ``[B, L, C]`` and the hidden states ``h_t`` ([B, H] each, t = 0..L-1) as the graph
+        holds them, for gradients with respect to each (always the eager step loop)."""
+        outputs = self.step_outputs(tokens)
+        return self.head(torch.stack(outputs, dim=1)), outputs
+
+    # -- the fast paths ---------------------------------------------------------------------------
+
+    def _fused_lstm(self, tokens: Tensor) -> Tensor:
+        """The LSTM core over a whole sequence in ``nn.LSTM``'s kernel, with the core's own cell
+        parameters (``nn.LSTMCell`` and layer 0 of ``nn.LSTM`` share their layout) -> [L, B, H]."""
+        assert isinstance(self.core, LSTMCore)
+        cell = self.core.lstm
+        if self._lstm_shell is None:
+            # A template whose weights functional_call supplies: kept out of the module tree (on the
+            # meta device it holds no memory, and its parameters are not the model's).
+            object.__setattr__(self, "_lstm_shell", nn.LSTM(cell.input_size, cell.hidden_size, device="meta"))
+        assert self._lstm_shell is not None
+        x, _ = self._inputs(tokens)
+        h0, c0 = self._initial_state(tokens.shape[0], tokens.device)  # the state after the reset at t = 0
+        weights = {"weight_ih_l0": cell.weight_ih, "weight_hh_l0": cell.weight_hh,
+                   "bias_ih_l0": cell.bias_ih, "bias_hh_l0": cell.bias_hh}
+        out, _ = torch.func.functional_call(self._lstm_shell, weights, (x, (h0[None], c0[None])))
+        return out
+
+    def forward(self, tokens: Tensor, *, fast: bool = True) -> Tensor:
+        """Logits ``[B, L, C]`` of ``tokens`` [B, L]. ``fast=False`` forces the plain step loop."""
+        if fast and type(self.core) is LSTMCore:
+            return self.head(self._fused_lstm(tokens).transpose(0, 1))
+        cell = None
+        # Compiled for training only: under no_grad (evaluation) torch.compile would compile again.
+        if fast and self.compile_core and torch.is_grad_enabled():
+            if self._compiled_cell is None:
+                self._compiled_cell = torch.compile(self.core.cell, dynamic=False)
+            cell = self._compiled_cell
+        return self.head(torch.stack(self.step_outputs(tokens, cell=cell), dim=1))
+
+
+def build_model(task: Any, config: SequenceModelConfig, *, compile_core: bool = False) -> MemorySequenceModel:
+    """The model for ``task`` (a :class:`recurbench.memory.tasks.MemoryTask`)."""
+    return MemorySequenceModel(task.vocab_size, task.n_classes, task.seq_len, config, compile_core=compile_core)

@@ -1,0 +1,319 @@
+"""Training on the memory tasks, and the gradient-propagation measurements of Kerg et al. App. C.
+
+Follows ``shared/reference/kerg_copy_denoise.md`` (sections 1, 2 and 5):
+
+* every update draws a fresh batch; the loss is the cross-entropy of every step (blank steps
+  included), batch mean, summed over the ``L`` steps and divided by ``L`` (:func:`sequence_loss`);
+* gradients are clipped to a total norm (1.0), then Adam or RMSprop (alpha 0.99) steps;
+* accuracy is the argmax at the ``c`` scored steps (``t >= T + c``): the training-batch value,
+  averaged over the ``log_every`` updates of a log window (what the reference code logs), and a
+  held-out value at the end, on ``eval_batches`` fresh batches the training never saw;
+* gradient propagation: for one fixed batch, ``||dL2/dh_t||`` (Frobenius over batch and hidden units)
+  for every ``t = 0..L-1``, where ``L2`` is the cross-entropy of the scored steps only, summed and
+  divided by ``L`` (:func:`scored_loss`, the reference code's measured loss), at initialisation and
+  after the last update (:func:`gradient_norms`). Memory attention gives the early steps direct paths
+  to the loss; an LSTM's gradient at the data steps decays through ``T`` recurrent steps.
+
+The rebuttal's trade-off (kappa = nu + rho, App. C Fig. 3): :func:`kappa_variants` builds the RelLSTM
+settings of a sweep with nu (or rho) fixed, :func:`sweep_kappa` trains each and reports the final
+accuracy and the gradient norm at the first steps against kappa.
+
+Seeds: ``seed`` fixes the initialisation (``torch.manual_seed``) and three independent data streams
+(numpy ``SeedSequence`` children): training batches, the gradient batch and the held-out batches.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from recurbench.errors import ConfigError
+from recurbench.memory.models import MemorySequenceModel, SequenceModelConfig, build_model
+from recurbench.memory.tasks import MemoryTask
+from recurbench.runtime import raise_if_terminated
+
+OPTIMIZERS: dict[str, Callable[..., torch.optim.Optimizer]] = {
+    "adam": lambda params, cfg: torch.optim.Adam(params, lr=cfg.learning_rate),
+    "rmsprop": lambda params, cfg: torch.optim.RMSprop(params, lr=cfg.learning_rate, alpha=cfg.rmsprop_alpha),
+}
+
+
+@dataclass(frozen=True)
+class MemoryTrainConfig:
+    """How a memory-task run trains (defaults: the reference code and the paper's Table 6 LSTM row).
+
+    Parameters
+    ----------
+    updates : int
+        Optimiser steps, each on a fresh batch (200,000 in the reference code).
+    batch_size : int
+        Sequences per update (10).
+    optimizer : str
+        ``adam`` or ``rmsprop`` (alpha ``rmsprop_alpha``, weight decay 0).
+    learning_rate : float
+        2e-4 (Table 6: LSTM and RelRNN with Adam).
+    rmsprop_alpha : float
+        RMSprop's smoothing constant (0.99).
+    clip_norm : float
+        Total gradient norm clip over all parameters (1.0).
+    log_every : int
+        Updates per logged point: the mean training loss and accuracy over the window (100).
+    eval_batches : int
+        Held-out batches scored after training (the reference code has none).
+    compile_core : bool
+        Compile an attentive core's step with ``torch.compile`` (faster for long runs; see
+        :mod:`recurbench.memory.models`).
+    """
+
+    updates: int = 200_000
+    batch_size: int = 10
+    optimizer: str = "adam"
+    learning_rate: float = 2e-4
+    rmsprop_alpha: float = 0.99
+    clip_norm: float = 1.0
+    log_every: int = 100
+    eval_batches: int = 10
+    compile_core: bool = False
+
+    def check(self, where: str = "training") -> None:
+        if self.optimizer not in OPTIMIZERS:
+            raise ConfigError(f"{where}.optimizer: unknown optimizer {self.optimizer!r}; known: {', '.join(OPTIMIZERS)}")
+        for key in ("updates", "batch_size", "log_every", "eval_batches"):
+            if getattr(self, key) < 1:
+                raise ConfigError(f"{where}.{key}: must be at least 1, got {getattr(self, key)}")
+        for key in ("learning_rate", "clip_norm"):
+            value = getattr(self, key)
+            if not (value > 0 and math.isfinite(value)):
+                raise ConfigError(f"{where}.{key}: must be a positive number, got {value}")
+
+
+# -------------------------------------------------------------------------------- losses, scores
+
+
+def sequence_loss(logits: Tensor, targets: Tensor) -> Tensor:
+    """The training loss: per-step batch-mean cross-entropy, summed over the ``L`` steps, over ``L``
+    (= the mean over every step and sequence). ``logits`` [B, L, C], ``targets`` [B, L]."""
+    return F.cross_entropy(logits.flatten(0, 1), targets.flatten())
+
+
+def scored_loss(logits: Tensor, targets: Tensor, scored_from: int) -> Tensor:
+    """``L2``: the batch-mean cross-entropy of the scored steps ``t >= scored_from``, summed over
+    them and divided by ``L`` (the loss whose gradients the reference code records)."""
+    L = logits.shape[1]
+    per_step = F.cross_entropy(logits[:, scored_from:].transpose(1, 2), targets[:, scored_from:], reduction="none")
+    return per_step.mean(dim=0).sum() / L
+
+
+def scored_accuracy(logits: Tensor, targets: Tensor, scored_from: int) -> float:
+    """Fraction of correct argmax predictions at the scored steps (chance: 1 / labels)."""
+    hits = logits[:, scored_from:].argmax(-1) == targets[:, scored_from:]
+    return float(hits.float().mean())
+
+
+def gradient_norms(loss: Tensor, hidden: Sequence[Tensor]) -> np.ndarray:
+    """``||d loss / d h_t||`` (Frobenius over all of ``h_t``'s entries) for each tensor of ``hidden``.
+
+    ``hidden`` must be the tensors the computation consumed (so the gradient includes every path
+    from ``h_t`` to the loss: the readout, the recurrence and the memory); a state with no path to
+    the loss has norm 0. Parameter gradients are left untouched."""
+    grads = torch.autograd.grad(loss, list(hidden), allow_unused=True)
+    return np.array([0.0 if g is None else float(torch.linalg.vector_norm(g)) for g in grads])
+
+
+def record_gradients(model: MemorySequenceModel, task: MemoryTask, inputs: Tensor, targets: Tensor) -> np.ndarray:
+    """``||dL2/dh_t||`` for t = 0..L-1 on one batch (the model's current parameters)."""
+    logits, hidden = model.hidden_states(inputs)
+    return gradient_norms(scored_loss(logits, targets, task.scored_from), hidden)
+
+
+# ------------------------------------------------------------------------------------- training
+
+
+@dataclass(frozen=True)
+class LogPoint:
+    update: int
+    """Updates done at the end of the window."""
+    loss: float
+    """Mean training loss (:func:`sequence_loss`) over the window."""
+    accuracy: float
+    """Mean training-batch accuracy at the scored steps over the window."""
+    seconds: float
+    """Wall time since training started."""
+
+
+@dataclass
+class GradientRecord:
+    """``||dL2/dh_t||`` for t = 0..L-1 on one fixed batch, at initialisation and after training."""
+
+    init: list[float]
+    final: list[float]
+    first_steps: int
+    """The steps that carry the data (c): where the gradient has the furthest to go."""
+
+    def first(self, which: str) -> float:
+        """Mean norm over the first ``first_steps`` steps of ``init`` or ``final``."""
+        values = getattr(self, which)[: self.first_steps]
+        return float(np.mean(values)) if values else math.nan
+
+    def as_dict(self) -> dict[str, object]:
+        return {"t": list(range(len(self.init))), "init": self.init, "final": self.final,
+                "first_steps": self.first_steps, "loss": "scored steps (L2)",
+                "norm": "Frobenius over batch x hidden of dL2/dh_t"}
+
+
+@dataclass
+class MemoryTrainResult:
+    accuracy: float
+    """Held-out accuracy at the scored steps after training."""
+    train_accuracy: float
+    """Training-batch accuracy, mean over the last log window."""
+    final_loss: float
+    """Training loss, mean over the last log window."""
+    gradients: GradientRecord
+    curve: list[LogPoint] = field(default_factory=list)
+    seconds: float = 0.0
+    """Wall time of the updates (gradient recording and evaluation aside)."""
+    n_params: int = 0
+
+    @property
+    def updates_per_second(self) -> float:
+        return self.curve[-1].update / self.seconds if self.curve and self.seconds > 0 else math.nan
+
+
+def _streams(seed: int) -> tuple[np.random.Generator, np.random.Generator, np.random.Generator]:
+    """Independent generators for the training batches, the gradient batch and the held-out batches."""
+    train, grad, held_out = np.random.SeedSequence(seed).spawn(3)
+    return np.random.default_rng(train), np.random.default_rng(grad), np.random.default_rng(held_out)
+
+
+def _tensors(task: MemoryTask, batch: int, rng: np.random.Generator, device: torch.device) -> tuple[Tensor, Tensor]:
+    inputs, targets = task.sample(batch, rng)
+    return torch.as_tensor(inputs, device=device), torch.as_tensor(targets, device=device)
+
+
+def evaluate(model: MemorySequenceModel, task: MemoryTask, batches: int, batch_size: int,
+             rng: np.random.Generator, device: torch.device) -> float:
+    """Accuracy at the scored steps over ``batches`` fresh batches."""
+    hits = []
+    with torch.no_grad():
+        for _ in range(batches):
+            inputs, targets = _tensors(task, batch_size, rng, device)
+            hits.append(scored_accuracy(model(inputs), targets, task.scored_from))
+    return float(np.mean(hits))
+
+
+def train_memory_task(
+    task: MemoryTask,
+    model_config: SequenceModelConfig,
+    config: MemoryTrainConfig,
+    *,
+    seed: int = 0,
+    device: torch.device | str = "cpu",
+    on_log: Callable[[LogPoint], None] | None = None,
+    progress: Callable[[float, float, str], None] = lambda *_: None,
+) -> MemoryTrainResult:
+    """Train a :class:`MemorySequenceModel` with ``model_config`` on ``task`` (settings checked
+    first: a :class:`ConfigError` before anything trains)."""
+    task.check("task")
+    model_config.check()
+    config.check()
+    device = torch.device(device)
+    if config.compile_core:
+        # dynamo keys its cache on the code of MemoryCore.cell, shared by every core: after eight runs
+        # in one process (the serial engine) it would stop compiling and fall back to eager.
+        torch._dynamo.reset()
+    torch.manual_seed(seed)
+    train_rng, grad_rng, eval_rng = _streams(seed)
+    model = build_model(task, model_config, compile_core=config.compile_core).to(device)
+    params = [p for p in model.parameters() if p.requires_grad]
+    optimizer = OPTIMIZERS[config.optimizer](params, config)
+    grad_batch = _tensors(task, config.batch_size, grad_rng, device)
+    progress(0, config.updates, "gradient norms at initialisation")
+    init = record_gradients(model, task, *grad_batch)
+
+    curve: list[LogPoint] = []
+    window_loss: list[float] = []
+    window_acc: list[float] = []
+    start = time.perf_counter()
+    for update in range(1, config.updates + 1):
+        raise_if_terminated()  # a stop swallowed on its way (see recurbench.runtime)
+        inputs, targets = _tensors(task, config.batch_size, train_rng, device)
+        logits = model(inputs)
+        loss = sequence_loss(logits, targets)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(params, config.clip_norm)
+        optimizer.step()
+        window_loss.append(float(loss.detach()))
+        window_acc.append(scored_accuracy(logits.detach(), targets, task.scored_from))
+        if update % config.log_every == 0 or update == config.updates:
+            point = LogPoint(update, float(np.mean(window_loss)), float(np.mean(window_acc)), time.perf_counter() - start)
+            curve.append(point)
+            window_loss, window_acc = [], []
+            if on_log is not None:
+                on_log(point)
+            progress(update, config.updates, f"loss {point.loss:.4f}, accuracy {point.accuracy:.3f}")
+    seconds = time.perf_counter() - start
+
+    progress(config.updates, config.updates, "gradient norms after training, held-out accuracy")
+    final = record_gradients(model, task, *grad_batch)
+    accuracy = evaluate(model, task, config.eval_batches, config.batch_size, eval_rng, device)
+    return MemoryTrainResult(
+        accuracy=accuracy, train_accuracy=curve[-1].accuracy, final_loss=curve[-1].loss,
+        gradients=GradientRecord(init.tolist(), final.tolist(), task.copy_length), curve=curve, seconds=seconds,
+        n_params=sum(p.numel() for p in params),
+    )
+
+
+# -------------------------------------------------------------------------------- kappa = nu + rho
+
+
+def kappa_variants(config: SequenceModelConfig, kappas: Sequence[int], *, fixed: str = "nu",
+                   where: str = "kappa") -> list[SequenceModelConfig]:
+    """RelLSTM settings with ``nu + rho = kappa`` for each kappa, holding ``fixed`` (``nu`` or
+    ``rho``) at ``config``'s value: App. C varies rho with nu fixed (Fig. 3 left) and nu with rho
+    fixed (right)."""
+    if fixed not in ("nu", "rho"):
+        raise ConfigError(f"{where}.fixed: must be 'nu' or 'rho', got {fixed!r}")
+    out = []
+    for i, kappa in enumerate(kappas):
+        if fixed == "nu":
+            variant = replace(config, core="rellstm", rho=kappa - config.nu)
+        else:
+            variant = replace(config, core="rellstm", nu=kappa - config.rho)
+        try:
+            variant.check()
+        except ConfigError as exc:
+            raise ConfigError(f"{where}.kappas.{i}: kappa {kappa} with {fixed} = {getattr(config, fixed)} "
+                              f"leaves {exc}") from None
+        out.append(variant)
+    return out
+
+
+@dataclass(frozen=True)
+class KappaPoint:
+    kappa: int
+    nu: int
+    rho: int
+    accuracy: float
+    grad_first_init: float
+    grad_first_final: float
+
+
+def sweep_kappa(task: MemoryTask, config: SequenceModelConfig, training: MemoryTrainConfig, kappas: Sequence[int],
+                *, fixed: str = "nu", seed: int = 0, device: torch.device | str = "cpu") -> list[KappaPoint]:
+    """Train a RelLSTM at each kappa (see :func:`kappa_variants`): final held-out accuracy and mean
+    ``||dL2/dh_t||`` over the data steps, at initialisation and after training, against kappa."""
+    points = []
+    for variant in kappa_variants(config, kappas, fixed=fixed):
+        result = train_memory_task(task, variant, training, seed=seed, device=device)
+        points.append(KappaPoint(variant.kappa, variant.nu, variant.rho, result.accuracy,
+                                 result.gradients.first("init"), result.gradients.first("final")))
+    return points

@@ -1,0 +1,283 @@
+"""The ``memory`` suite in ``compare`` and ``report`` (Kerg et al. 2020, App. C-D: Table 5, Fig. 3, Fig. 4).
+
+Comparison: per task, T, core and memory setting (``nu``/``rho``), the held-out ``accuracy`` and the
+training-batch ``train_accuracy`` (what the reference code logs) over seeds, each beside Table 5's
+LSTM or RelLSTM cell for copy at that T (the paper gives no denoise table, no MemLSTM column -- its
+MemRNN is an RNN -- and not the nu / rho of its RelLSTM).
+
+Figures, from what :mod:`recurbench.suites.memory` logs:
+
+* ``||dL2/dh_t||`` against t on a log scale, at initialisation and after training: a panel per task
+  and T, a curve per core (geometric mean over seeds; the grid's runs, not the kappa sweep's);
+  cf. App. C Fig. 3;
+* the kappa trade-off: final accuracy and the mean gradient norm over the data steps against
+  kappa = nu + rho, a column per task and T with a sweep, a line per sweep (the runs' ``sweep`` tag);
+* training loss against updates, a panel per task and T, a line per core (cf. App. D Fig. 4), with
+  the loss of a model that outputs blanks and guesses the data (``c ln(labels) / L``).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import warnings
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from matplotlib.figure import Figure as MplFigure
+
+from recurbench.reporting import figures
+from recurbench.reporting.compare import Comparison, _complete_grid
+from recurbench.reporting.reference import _read
+from recurbench.reporting.report import Figure, _save
+from recurbench.reporting.runs import RunRecord, SuiteRuns
+
+METRICS = ("accuracy", "train_accuracy")
+CORE_ORDER = ("lstm", "memlstm", "rellstm")
+TASK_ORDER = ("copy", "denoise")
+#: recurbench core -> its column in Table 5 (kerg_table5_copy.csv).
+TABLE5_COLUMNS = {"lstm": "LSTM", "rellstm": "RelLSTM"}
+_COLOURS = {core: f"C{i}" for i, core in enumerate(CORE_ORDER)}
+
+
+def table5_reference() -> pd.DataFrame:
+    """Long form: ``task`` (copy), ``T``, ``model``, ``metric`` (each of :data:`METRICS`), ``paper``."""
+    raw = _read("kerg_table5_copy.csv")
+    rows = [("copy", int(rec["T"]), core, metric, float(rec[column]))
+            for rec in raw.to_dict("records") for core, column in TABLE5_COLUMNS.items() for metric in METRICS]
+    return pd.DataFrame(rows, columns=["task", "T", "model", "metric", "paper"])
+
+
+def _order(values: Any, order: Sequence[str]) -> dict[str, int]:
+    present = list(dict.fromkeys(values))
+    ranked = [v for v in order if v in present] + sorted(set(present) - set(order))
+    return {v: i for i, v in enumerate(ranked)}
+
+
+def _number(text: Any) -> float:
+    try:
+        return float(text)
+    except (TypeError, ValueError):
+        return -1.0  # "-" (the LSTM's nu / rho) first
+
+
+def memory_complete(comp: Comparison, reference: str) -> None:
+    """Rows in task, T, core, nu, rho order with both metrics, Table 5's cell beside ours."""
+    cells = comp.cells
+    keys = ["task", "T", "model", "nu", "rho"]
+    grid = cells[keys].drop_duplicates().merge(pd.DataFrame({"metric": list(METRICS)}), how="cross")
+    cells = _complete_grid(cells, grid)
+    if reference == "paper":
+        cells = cells.merge(table5_reference(), on=["task", "T", "model", "metric"], how="left")
+        cells["diff"] = cells["mean"] - cells["paper"]
+    tasks, models = _order(cells["task"], TASK_ORDER), _order(cells["model"], CORE_ORDER)
+    cells = cells.assign(_t=cells["task"].map(tasks), _m=cells["model"].map(models), _nu=cells["nu"].map(_number),
+                         _rho=cells["rho"].map(_number), _k=cells["metric"].map({m: i for i, m in enumerate(METRICS)}))
+    comp.cells = (cells.sort_values(["_t", "T", "_m", "_nu", "_rho", "_k"])
+                  .drop(columns=["_t", "_m", "_nu", "_rho", "_k"]).reset_index(drop=True))
+    comp.notes.append(
+        "accuracy: held-out batches after the last update; train_accuracy: training batches, mean over the "
+        "last log window (what the reference code logs). Table 5 gives copy accuracy for the LSTM and the "
+        "RelLSTM (its nu / rho unstated) and says neither whether it is final or best nor how many seeds."
+    )
+
+
+# ------------------------------------------------------------------------------------------ figures
+
+
+def gradient_figure(panels: Sequence[tuple[str, Mapping[str, Sequence[float]], int | None]], title: str,
+                    colours: Mapping[str, str] | None = None) -> MplFigure:
+    """``||dL/dh_t||`` against t on a log scale: a panel per ``(title, {label: norms}, scored_from)``,
+    a curve per label; the scored steps (``t >= scored_from``) shaded. A norm of 0 is left out."""
+    fig, axes = figures._grid(len(panels), width=4.8, height=3.3, max_cols=3)
+    for ax, (name, curves, scored_from) in zip(axes, panels, strict=True):
+        for i, (label, norms) in enumerate(curves.items()):
+            values = np.asarray(norms, dtype=float)
+            values = np.where(values > 0, values, np.nan)
+            ax.plot(np.arange(values.size), values, label=label, linewidth=1.2,
+                    color=(colours or {}).get(label.split(" ")[0], f"C{i}"))
+        if scored_from is not None:
+            ax.axvspan(scored_from - 0.5, ax.get_xlim()[1], color="0.9", zorder=0)
+        ax.set_yscale("log")
+        ax.set_title(name, fontsize=9)
+        ax.set_xlabel("t (shaded: scored steps)")
+        ax.set_ylabel("||dL2/dh_t||")
+        ax.grid(alpha=0.3, which="both")
+        ax.legend(fontsize=7)
+    fig.suptitle(title, fontsize=10)
+    return fig
+
+
+def _gradient_records(runs: SuiteRuns) -> list[tuple[RunRecord, dict[str, Any]]]:
+    out = []
+    for r in runs.finished:
+        if "gradient_norms.json" in runs.artifact_paths(r.run_id):
+            out.append((r, json.loads(runs.download_artifact(r.run_id, "gradient_norms.json").read_text())))
+    return out
+
+
+def _geometric_mean(rows: Sequence[Sequence[float]]) -> np.ndarray:
+    """Per t, the geometric mean over seeds of the positive norms (NaN where none is: a norm that
+    underflowed to 0 in every seed, as an LSTM's does a hundred steps back)."""
+    a = np.asarray(rows, dtype=float)
+    logs = np.log(np.where(a > 0, a, np.nan))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # an all-NaN column: "mean of empty slice"
+        return np.exp(np.nanmean(logs, axis=0))
+
+
+def _label(tags: Mapping[str, str]) -> str:
+    core = tags.get("model", "?")
+    if core == "rellstm":
+        return f"rellstm (ν={tags.get('nu')}, ρ={tags.get('rho')})"
+    return core
+
+
+def gradient_panels(records: Sequence[tuple[RunRecord, Mapping[str, Any]]], which: str
+                    ) -> list[tuple[str, dict[str, np.ndarray], int | None]]:
+    """Per task and T (the grid's runs): ``{core label: geometric mean over seeds of the norms}``."""
+    groups: dict[tuple[str, int], dict[str, list[list[float]]]] = {}
+    scored: dict[tuple[str, int], int | None] = {}
+    for r, data in records:
+        if r.tags.get("study") == "kappa" or which not in data:
+            continue
+        key = (r.tags.get("task", "?"), int(r.tags.get("T", 0)))
+        groups.setdefault(key, {}).setdefault(_label(r.tags), []).append(list(data[which]))
+        scored[key] = data.get("scored_from")
+    tasks = _order([k[0] for k in groups], TASK_ORDER)
+    panels = []
+    for key in sorted(groups, key=lambda k: (tasks[k[0]], k[1]))[: figures.MAX_PANELS]:
+        by_core = groups[key]
+        cores = _order([label.split(" ")[0] for label in by_core], CORE_ORDER)
+        curves = {label: _geometric_mean(rows) for label, rows in sorted(by_core.items(), key=lambda kv: cores[kv[0].split(" ")[0]])
+                  if len({len(r) for r in rows}) == 1}
+        panels.append((f"{key[0]}, T = {key[1]}", curves, scored[key]))
+    return panels
+
+
+def kappa_frame(runs: SuiteRuns) -> pd.DataFrame:
+    """One row per finished RelLSTM run and kappa sweep it belongs to (its ``sweep`` tag, e.g.
+    ``nu=15``): task, T, sweep, nu, rho, kappa, seed, accuracy, grad_first_init, grad_first_final."""
+    rows = []
+    for r in runs.finished:
+        if r.tags.get("model") != "rellstm":
+            continue
+        try:
+            nu, rho = int(r.tags["nu"]), int(r.tags["rho"])
+        except (KeyError, ValueError):
+            continue
+        for sweep in (s for s in r.tags.get("sweep", "-").split(",") if s not in ("", "-")):
+            rows.append((r.tags.get("task"), int(r.tags.get("T", 0)), sweep, nu, rho, nu + rho, r.seed,
+                         *(r.metrics.get(k, math.nan) for k in ("accuracy", "grad_first_init", "grad_first_final"))))
+    return pd.DataFrame(rows, columns=["task", "T", "sweep", "nu", "rho", "kappa", "seed", "accuracy",
+                                       "grad_first_init", "grad_first_final"])
+
+
+def kappa_figure(frame: pd.DataFrame) -> MplFigure | None:
+    """Per task and T with a sweep: held-out accuracy (top; mean over seeds, the seeds as dots) and the
+    mean ``||dL2/dh_t||`` over the data steps (bottom, log; after training solid, at initialisation
+    dashed) against kappa = nu + rho, a line per sweep (``nu=15``: nu held at 15, rho varied)."""
+    if frame.empty:
+        return None
+    panels = list(frame.groupby(["task", "T"], sort=True))
+    fig = MplFigure(figsize=(5.0 * len(panels), 6.4), layout="constrained")
+    axes = fig.subplots(2, len(panels), squeeze=False, sharex="col")
+    for col, ((task, T), sub) in enumerate(panels):
+        top, bottom = axes[0][col], axes[1][col]
+        for i, (sweep, runs) in enumerate(sub.groupby("sweep", sort=True)):
+            label = sweep.replace("nu=", "ν = ").replace("rho=", "ρ = ")
+            means = runs.groupby("kappa")[["accuracy", "grad_first_init", "grad_first_final"]].mean()
+            colour = f"C{i}"
+            top.plot(runs["kappa"], runs["accuracy"], "o", color=colour, alpha=0.3, markersize=4)
+            top.plot(means.index, means["accuracy"], "o-", color=colour, label=label)
+            bottom.plot(means.index, means["grad_first_final"], "s-", color=colour, label=f"{label}, trained")
+            bottom.plot(means.index, means["grad_first_init"], "s--", color=colour, alpha=0.5, label=f"{label}, init")
+        top.set_title(f"{task}, T = {T}")
+        top.set_ylim(-0.03, 1.03)
+        top.set_ylabel("held-out accuracy")
+        bottom.set_yscale("log")
+        bottom.set_ylabel("mean ||dL2/dh_t||, data steps")
+        bottom.set_xlabel("κ = ν + ρ")
+        for ax in (top, bottom):
+            ax.grid(alpha=0.3, which="both")
+            ax.legend(fontsize=7)
+    fig.suptitle("The κ trade-off (Kerg et al. App. C):\naccuracy and gradient at the data steps against κ")
+    return fig
+
+
+def loss_figure(curves: pd.DataFrame, baselines: Mapping[tuple[str, int], float]) -> MplFigure | None:
+    """Training loss against updates, a panel per task and T, a line per core (mean over seeds);
+    dotted: the loss of outputting blanks and guessing the data. ``curves``: task, T, label, seed,
+    step, value."""
+    if curves.empty:
+        return None
+    keys = sorted(set(zip(curves["task"], curves["T"], strict=True)),
+                  key=lambda k: (_order(curves["task"], TASK_ORDER)[k[0]], k[1]))[: figures.MAX_PANELS]
+    fig, axes = figures._grid(len(keys), width=4.6, height=3.2, max_cols=3)
+    for ax, (task, T) in zip(axes, keys, strict=True):
+        here = curves[(curves["task"] == task) & (curves["T"] == T)]
+        for label in sorted(set(here["label"]), key=lambda lab: _order(here["label"].str.split(" ").str[0], CORE_ORDER)[lab.split(" ")[0]]):
+            mean = here[here["label"] == label].groupby("step")["value"].mean()
+            ax.plot(mean.index, mean.to_numpy(), label=label, color=_COLOURS.get(label.split(" ")[0]), linewidth=1.2)
+        if (task, T) in baselines:
+            ax.axhline(baselines[(task, T)], color="0.4", linestyle=":", linewidth=1, label="blanks + guessing")
+        ax.set_title(f"{task}, T = {T}")
+        ax.set_xlabel("updates")
+        ax.set_ylabel("cross-entropy (all steps)")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+    fig.suptitle("Training loss against updates (mean over seeds); cf. Kerg et al. App. D Fig. 4")
+    return fig
+
+
+def memory_figures(runs: SuiteRuns, comp: Comparison, fig_dir: Path) -> tuple[list[Figure], list[str]]:
+    built: list[Figure] = []
+    omitted: list[str] = []
+    records = _gradient_records(runs)
+    for which, when in (("init", "at initialisation"), ("final", "after training")):
+        panels = gradient_panels(records, which)
+        if panels:
+            fig = gradient_figure(panels, f"||dL2/dh_t|| {when}\n(one fixed batch, geometric mean over seeds)", _COLOURS)
+            built.append(_save(fig, fig_dir, f"memory_gradients_{which}", f"Gradient propagation {when}",
+                               f"Norm of the gradient of the scored steps' loss with respect to each hidden state "
+                               f"h_t, {when}, a curve per core; the shaded steps are scored. Cf. Kerg et al. App. C Fig. 3."))
+        else:
+            omitted.append(f"gradient norms {when}: no run logged gradient_norms.json")
+    if (fig := kappa_figure(kappa_frame(runs))) is not None:
+        built.append(_save(fig, fig_dir, "memory_kappa_tradeoff", "The κ = ν + ρ trade-off",
+                           "RelLSTM at one task and T for several κ, ν or ρ held fixed (a line per sweep): held-out "
+                           "accuracy (top) and the mean gradient norm over the data steps after training and at "
+                           "initialisation (bottom, log). Cf. Kerg et al. App. C Fig. 3 and the rebuttal."))
+    else:
+        omitted.append("κ trade-off: no run of a κ sweep (tag sweep)")
+    rows: list[tuple[Any, ...]] = []
+    baselines: dict[tuple[str, int], float] = {}
+    for r in runs.finished:
+        if r.tags.get("study") == "kappa" or "loss" not in r.metrics:
+            continue
+        task, T = r.tags.get("task", "?"), int(r.tags.get("T", 0))
+        h = runs.metric_history(r.run_id, "loss")
+        rows += [(task, T, _label(r.tags), r.seed, s, v) for s, v in zip(h["step"], h["value"], strict=True)]
+        c, labels = _int_param(r, "task_settings.copy_length", 10), _int_param(r, "task_settings.labels", 8)
+        baselines[(task, T)] = c * math.log(labels) / (T + 2 * c)
+    if (fig := loss_figure(pd.DataFrame(rows, columns=["task", "T", "label", "seed", "step", "value"]), baselines)) is not None:
+        built.append(_save(fig, fig_dir, "memory_loss_curves", "Training loss",
+                           "Cross-entropy over all steps against updates, mean over seeds; dotted: c ln(labels) / L, "
+                           "the loss of a model that outputs blanks and guesses the data."))
+    else:
+        omitted.append("loss curves: no run logged loss")
+    return built, omitted
+
+
+def _int_param(r: RunRecord, key: str, default: int) -> int:
+    try:
+        return int(r.params[key])
+    except (KeyError, ValueError):
+        return default
+
+
+__all__ = ["METRICS", "gradient_figure", "kappa_figure", "loss_figure", "memory_complete", "memory_figures",
+           "table5_reference"]

@@ -1,0 +1,355 @@
+"""The ``memory`` suite: Kerg et al. (2020), App. C-D -- copy and denoise with the agents' memory cores.
+
+``plan`` expands a profile into one run per task x delay T x core x seed, plus its kappa sweeps (App.
+C, the rebuttal's kappa = nu + rho trade-off): RelLSTM runs at one task and T with ``nu + rho = kappa``
+for each kappa, nu (or rho) held at the sweep's value. A sweep run at the settings of a run of the
+grid is not planned twice. Everything is checked before anything trains: names (``--tasks``,
+``--models``), delays (``--lengths``), the task layout, nu / rho / kappa. A sweep is planned when its
+task and ``rellstm`` are selected and, with ``--lengths`` given, its T is among them.
+
+Runs are tagged ``task``, ``T``, ``model``, ``nu``, ``rho`` (``-`` for the LSTM; MemLSTM: its window
+and 0), ``study`` (``table5`` for the grid, ``kappa`` for sweep-only runs) and ``sweep`` (the sweeps the
+run is a point of, e.g. ``nu=15``; ``-`` for none). ``execute`` trains a
+:class:`~recurbench.memory.models.MemorySequenceModel` (:func:`~recurbench.memory.training.train_memory_task`)
+and logs, per run:
+
+* per log window (step = updates): ``loss`` (training loss) and ``train_accuracy`` (training-batch
+  accuracy at the scored steps), the reference code's logged values;
+* at the end: ``accuracy`` (held-out), ``final_loss``, ``grad_first_init`` / ``grad_first_final``
+  (mean ``||dL2/dh_t||`` over the c data steps, at initialisation and after training),
+  ``updates_per_second``, ``n_params``;
+* artifacts ``gradient_norms.json`` (``||dL2/dh_t||`` for every t, both times) with its figure
+  ``gradient_norms.png`` (log scale against t), and ``loss_curve.json``.
+
+``summary_rows`` sets the copy accuracies beside Table 5's LSTM and RelLSTM columns
+(``reference/kerg_table5_copy.csv``).
+"""
+
+from __future__ import annotations
+
+import csv
+import statistics
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import asdict, dataclass, replace
+from functools import lru_cache
+from importlib import resources
+from typing import TYPE_CHECKING, Annotated, Any
+
+from pydantic import BaseModel, Field, NonNegativeInt, PositiveInt, model_validator
+
+from recurbench.agents import CORES
+from recurbench.config import StrictModel, Unique, check_unique, known_name
+from recurbench.errors import ConfigError
+from recurbench.memory.models import SequenceModelConfig
+from recurbench.memory.tasks import MEMORY_TASKS, make_task
+from recurbench.memory.training import OPTIMIZERS, MemoryTrainConfig, kappa_variants
+from recurbench.suites.runner import (
+    ProgressFn,
+    RunOutcome,
+    RunPlan,
+    SuiteDefinition,
+    selected_names,
+    selected_seeds,
+)
+from recurbench.tracking import RunHandle
+
+if TYPE_CHECKING:
+    import torch
+
+_Task = known_name(MEMORY_TASKS, "memory task")
+_Core = known_name(CORES, "memory core")
+
+# ------------------------------------------------------------------------------------------ profile
+
+
+class TaskSettings(StrictModel):
+    """The layout shared by both tasks (:class:`recurbench.memory.tasks.MemoryTask`)."""
+
+    copy_length: PositiveInt = 10
+    labels: PositiveInt = 8
+
+
+class ModelSettings(StrictModel):
+    """:class:`recurbench.memory.models.SequenceModelConfig`, less the core (``models``)."""
+
+    hidden_size: PositiveInt = 128
+    attention_size: PositiveInt = 64
+    nu: PositiveInt = 10
+    rho: NonNegativeInt = 10
+    memory_window: PositiveInt | None = None
+    embedding_dim: PositiveInt | None = None
+
+
+class TrainingSettings(StrictModel):
+    """:class:`recurbench.memory.training.MemoryTrainConfig`."""
+
+    updates: PositiveInt
+    batch_size: PositiveInt = 10
+    optimizer: known_name(OPTIMIZERS, "optimizer") = "adam"  # type: ignore[valid-type]
+    learning_rate: float = Field(2e-4, gt=0, allow_inf_nan=False)
+    rmsprop_alpha: float = Field(0.99, gt=0, lt=1)
+    clip_norm: float = Field(1.0, gt=0, allow_inf_nan=False)
+    log_every: PositiveInt = 100
+    eval_batches: PositiveInt = 10
+    compile_core: bool = False
+
+
+class KappaSweep(StrictModel):
+    """RelLSTM at ``nu + rho = kappa`` for each kappa, at one task and delay, holding either ``nu``
+    or ``rho`` (give exactly one) at its value: App. C Fig. 3 varies rho at nu = 15 (left) and nu at
+    rho = 15 (right). The other settings are the profile's ``model``."""
+
+    task: _Task
+    T: PositiveInt
+    kappas: Annotated[list[PositiveInt], Unique] = Field(min_length=1)
+    nu: PositiveInt | None = None
+    rho: NonNegativeInt | None = None
+
+    @model_validator(mode="after")
+    def _one_fixed(self) -> KappaSweep:
+        if (self.nu is None) == (self.rho is None):
+            raise ValueError("give exactly one of nu and rho: the one held fixed while kappa varies the other")
+        return self
+
+    @property
+    def fixed(self) -> str:
+        return "nu" if self.nu is not None else "rho"
+
+
+class MemoryProfile(StrictModel):
+    tasks: Annotated[list[_Task], Unique] = Field(min_length=1)
+    lengths: Annotated[list[PositiveInt], Unique] = Field(min_length=1)
+    """The delays T."""
+    models: Annotated[list[_Core], Unique] = Field(min_length=1)
+    seeds: PositiveInt
+    task: TaskSettings = TaskSettings()
+    model: ModelSettings = ModelSettings()
+    training: TrainingSettings
+    kappa_sweeps: list[KappaSweep] = []
+    """Each sweep's runs join the plan when its task and ``rellstm`` are selected (see the module docstring)."""
+    torch_threads: PositiveInt = 1
+    """Intra-op threads per run: at batch 10 and width 128 a second thread does not pay."""
+
+
+# --------------------------------------------------------------------------------------------- plan
+
+
+@dataclass(frozen=True)
+class MemoryJob:
+    """Everything one run needs, resolved at plan time (plain data: picklable for Ray)."""
+
+    task: str
+    T: int
+    copy_length: int
+    labels: int
+    network: SequenceModelConfig
+    training: MemoryTrainConfig
+    torch_threads: int = 1
+
+
+def _lengths(selection: Mapping[str, Any], default: Sequence[int]) -> list[int]:
+    """``--lengths`` (integers, or their text from the command line), else the profile's."""
+    raw = selection.get("lengths") or default
+    out = []
+    for i, value in enumerate(raw):
+        text = str(value).strip()
+        if isinstance(value, bool) or not text.isdigit() or int(text) < 1:
+            raise ConfigError(f"--lengths.{i}: a delay T must be a positive integer, got {value!r}")
+        out.append(int(text))
+    check_unique(out, "delay", "--lengths")
+    return out
+
+
+def _network(profile: MemoryProfile, core: str) -> SequenceModelConfig:
+    return SequenceModelConfig(core, **profile.model.model_dump())
+
+
+def _network_params(network: SequenceModelConfig) -> dict[str, Any]:
+    """The settings of ``network`` that its core uses (an LSTM run does not change with nu)."""
+    used = {"hidden_size", "embedding_dim"}
+    if network.core != "lstm":
+        used.add("attention_size")
+    used |= {"memlstm": {"memory_window"}, "rellstm": {"nu", "rho"}}.get(network.core, set())
+    return {k: ("none" if v is None else v) for k, v in asdict(network).items() if k in used}
+
+
+def _memory_tags(network: SequenceModelConfig, seq_len: int) -> tuple[str, str]:
+    if network.core == "lstm":
+        return "-", "-"
+    if network.core == "memlstm":
+        return str(network.memory_window or seq_len), "0"
+    return str(network.nu), str(network.rho)
+
+
+def _configuration(profile: MemoryProfile, task_name: str, T: int, network: SequenceModelConfig,
+                   study: str, sweeps: Sequence[str]) -> tuple[dict[str, str], dict[str, Any], MemoryJob]:
+    """One configuration's tags, logged params (the seed aside) and job; checks the task layout."""
+    task = make_task(task_name, T, copy_length=profile.task.copy_length, labels=profile.task.labels,
+                     where=f"task {task_name!r} at T={T}")
+    network.check("model")
+    training = MemoryTrainConfig(**profile.training.model_dump())
+    nu, rho = _memory_tags(network, task.seq_len)
+    tags = {"task": task_name, "T": str(T), "model": network.core, "nu": nu, "rho": rho, "study": study,
+            "sweep": ",".join(sweeps) or "-"}
+    params = {"task": task_name, "T": T, "model": network.core,
+              "task_settings": profile.task.model_dump(), "network": _network_params(network),
+              "training": asdict(training), "torch_threads": profile.torch_threads}
+    job = MemoryJob(task_name, T, task.copy_length, task.labels, network, training, profile.torch_threads)
+    return tags, params, job
+
+
+_Key = tuple[str, int, SequenceModelConfig]
+
+
+def _sweeps(profile: MemoryProfile, tasks: Sequence[str], lengths: Sequence[int], models: Sequence[str],
+            lengths_selected: bool) -> dict[_Key, list[str]]:
+    """The kappa sweeps' configurations in plan order, each with the sweeps it belongs to (``nu=15``:
+    the sweep holding nu at 15)."""
+    out: dict[_Key, list[str]] = {}
+    if "rellstm" not in models:
+        return out
+    for i, ks in enumerate(profile.kappa_sweeps):
+        if ks.task not in tasks or (lengths_selected and ks.T not in lengths):
+            continue
+        value = getattr(ks, ks.fixed)
+        base = replace(_network(profile, "rellstm"), **{ks.fixed: value})
+        for network in kappa_variants(base, ks.kappas, fixed=ks.fixed, where=f"kappa_sweeps.{i}"):
+            out.setdefault((ks.task, ks.T, network), []).append(f"{ks.fixed}={value}")
+    return out
+
+
+def _configurations(profile: MemoryProfile, tasks: Sequence[str], lengths: Sequence[int], models: Sequence[str],
+                    *, lengths_selected: bool = False) -> Iterator[tuple[dict[str, str], dict[str, Any], MemoryJob]]:
+    """The grid (task x T x core), then the kappa sweeps' runs that the grid does not already hold
+    (with ``lengths_selected``, only sweeps at one of ``lengths``). Tag ``sweep`` names the sweeps a
+    run belongs to (a grid run can be one of a sweep's points)."""
+    sweeps = _sweeps(profile, tasks, lengths, models, lengths_selected)
+    grid: set[_Key] = set()
+    for task_name in tasks:
+        for T in lengths:
+            for core in models:
+                network = _network(profile, core)
+                grid.add((task_name, T, network))
+                yield _configuration(profile, task_name, T, network, "table5", sweeps.get((task_name, T, network), []))
+    for (task_name, T, network), member_of in sweeps.items():
+        if (task_name, T, network) not in grid:
+            yield _configuration(profile, task_name, T, network, "kappa", member_of)
+
+
+class MemorySuite(SuiteDefinition):
+    name = "memory"
+    profile_model = MemoryProfile
+    default_device = "cpu"  # batch 10, width 128, one step at a time: a GPU mostly waits on launches
+    headline_metrics = ("accuracy", "train_accuracy", "final_loss", "grad_first_init", "grad_first_final",
+                        "updates_per_second", "n_params")
+
+    def plan(self, profile: BaseModel, selection: Mapping[str, Any], *, data_dir: str | None) -> list[RunPlan]:
+        assert isinstance(profile, MemoryProfile)
+        tasks = selected_names(selection, "tasks", profile.tasks, MEMORY_TASKS, "memory task")
+        models = selected_names(selection, "models", profile.models, CORES, "memory core")
+        lengths = _lengths(selection, profile.lengths)
+        seeds = selected_seeds(selection, profile.seeds)
+        plans: list[RunPlan] = []
+        for tags, params, job in _configurations(profile, tasks, lengths, models,
+                                                 lengths_selected=bool(selection.get("lengths"))):
+            memory = "" if tags["nu"] == "-" else f"-nu{tags['nu']}-rho{tags['rho']}"
+            for seed in seeds:
+                plans.append(RunPlan(f"{tags['task']}-T{tags['T']}-{tags['model']}{memory}-s{seed}", seed, tags,
+                                     params, payload=job))
+        return plans
+
+    def shipped_settings(self, profile: BaseModel) -> list[tuple[dict[str, str], dict[str, str | None]]]:
+        """Every task x T x core of the profile, and its kappa sweeps."""
+        from recurbench.tracking import flatten, param_value
+
+        assert isinstance(profile, MemoryProfile)
+        return [({k: v for k, v in tags.items() if k not in ("study", "sweep")},
+                 {k: param_value(v) for k, v in flatten(params).items()})
+                for tags, params, _ in _configurations(profile, list(MEMORY_TASKS), profile.lengths, list(CORES))]
+
+    def param_defaults(self) -> dict[str, str]:
+        """The task's and training's defaults, as the runs log them."""
+        from recurbench.tracking import flatten, param_value
+
+        defaults = {"task_settings": TaskSettings().model_dump(),
+                    "training": {k: v for k, v in asdict(MemoryTrainConfig()).items() if k != "updates"}}
+        return {k: param_value(v) for k, v in flatten(defaults).items()}
+
+    # ------------------------------------------------------------------------------------------ run
+
+    def execute(
+        self, plan: RunPlan, run: RunHandle, progress: ProgressFn, *, data_dir: str | None, device: torch.device
+    ) -> dict[str, float]:
+        import torch
+
+        from recurbench.memory.training import LogPoint, train_memory_task
+        from recurbench.reporting.memory import gradient_figure
+
+        job: MemoryJob = plan.payload
+        torch.set_num_threads(job.torch_threads)
+        task = make_task(job.task, job.T, copy_length=job.copy_length, labels=job.labels)
+
+        def on_log(point: LogPoint) -> None:
+            run.log_metrics({"loss": point.loss, "train_accuracy": point.accuracy}, step=point.update)
+
+        result = train_memory_task(task, job.network, job.training, seed=plan.seed, device=device, on_log=on_log,
+                                   progress=progress)
+        grads = result.gradients
+        metrics = {
+            "accuracy": result.accuracy, "train_accuracy": result.train_accuracy, "final_loss": result.final_loss,
+            "grad_first_init": grads.first("init"), "grad_first_final": grads.first("final"),
+            "updates_per_second": result.updates_per_second, "n_params": float(result.n_params),
+        }
+        # train_accuracy was logged per window: its latest value is the last window's already.
+        run.log_metrics({k: v for k, v in metrics.items() if k != "train_accuracy"})
+        run.log_dict({**grads.as_dict(), "T": job.T, "scored_from": task.scored_from, "seq_len": task.seq_len},
+                     "gradient_norms.json")
+        run.log_figure(gradient_figure([(f"{job.task}, T = {job.T}, {job.network.core}",
+                                         {"at initialisation": grads.init, "after training": grads.final},
+                                         task.scored_from)],
+                                       "||dL2/dh_t|| on one batch\n(L2: the loss of the scored steps)"),
+                       "gradient_norms.png")
+        run.log_dict([asdict(p) for p in result.curve], "loss_curve.json")
+        progress(job.training.updates, job.training.updates,
+                 f"done: accuracy {result.accuracy:.3f} (chance {1 / job.labels:.3f})")
+        return metrics
+
+    # -------------------------------------------------------------------------------------- summary
+
+    def summary_rows(self, outcomes: Sequence[RunOutcome]) -> tuple[list[str], list[list[str]]]:
+        groups: dict[tuple[str, ...], list[RunOutcome]] = {}
+        for o in outcomes:
+            t = o.plan.tags
+            groups.setdefault((t["task"], t["T"], t["model"], t["nu"], t["rho"]), []).append(o)
+        header = ["task", "T", "core", "nu", "rho", "seeds", "accuracy", "train accuracy", "grad first (init)",
+                  "grad first (trained)", "paper (Table 5)", "s/run"]
+        reference = paper_table5()
+        rows = []
+        for (task_name, T, core, nu, rho), group in groups.items():
+            done = [o for o in group if o.status == "FINISHED"]
+
+            def cell(key: str, fmt: str = ".3f", done: list[RunOutcome] = done) -> str:
+                values = [o.metrics[key] for o in done if key in o.metrics]
+                if not values:
+                    return "-"
+                mean = statistics.fmean(values)
+                return f"{mean:{fmt}}" + (f" ± {statistics.stdev(values):{fmt}}" if len(values) > 1 else "")
+
+            paper = reference.get((int(T), core)) if task_name == "copy" else None
+            rows.append([task_name, T, core, nu, rho, f"{len(done)}/{len(group)}", cell("accuracy"),
+                         cell("train_accuracy"), cell("grad_first_init", ".2e"), cell("grad_first_final", ".2e"),
+                         f"{paper:.2f}" if paper is not None else "-",
+                         f"{statistics.fmean(o.seconds for o in done):.0f}" if done else "-"])
+        return header, rows
+
+
+#: recurbench core -> its column in Kerg et al.'s Table 5 (MemLSTM has none: MemRNN is an RNN).
+TABLE5_COLUMNS: dict[str, str] = {"lstm": "LSTM", "rellstm": "RelLSTM"}
+
+
+@lru_cache(maxsize=1)
+def paper_table5() -> dict[tuple[int, str], float]:
+    """Kerg et al.'s Table 5 (copy accuracy): ``(T, core) -> accuracy`` for the LSTM and RelLSTM."""
+    text = resources.files("recurbench.suites").joinpath("reference/kerg_table5_copy.csv").read_text()
+    return {(int(row["T"]), core): float(row[column])
+            for row in csv.DictReader(text.splitlines()) for core, column in TABLE5_COLUMNS.items()}

@@ -1,0 +1,113 @@
+"""The sequence model wraps the agents' cores: its outputs are the core stepped as the agents step
+it (acting: ``core.step``; training replay: ``core.forward_sequence``), on every path."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from recurbench.agents.cores import AttentiveLSTMCore, LSTMCore, make_core
+from recurbench.errors import ConfigError
+from recurbench.memory.models import MemorySequenceModel, SequenceModelConfig, build_model
+from recurbench.memory.tasks import make_task
+from recurbench.memory.training import sequence_loss
+
+CORES = ["lstm", "memlstm", "rellstm"]
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    torch.set_num_threads(1)
+
+
+def _model(core: str, T: int = 6) -> tuple[MemorySequenceModel, torch.Tensor]:
+    task = make_task("denoise", T, copy_length=3, labels=4)
+    torch.manual_seed(0)
+    model = build_model(task, SequenceModelConfig(core, hidden_size=12, attention_size=6, nu=2, rho=3))
+    return model, torch.as_tensor(task.sample(4, np.random.default_rng(0)).inputs)
+
+
+def _agent_logits(model: MemorySequenceModel, tokens: torch.Tensor) -> torch.Tensor:
+    """What an agent's policy does with the same core: features -> core.step per step, with the
+    episode starting at t = 0 -- from a state left over by an earlier episode, which the reset clears."""
+    core = model.core
+    B, L = tokens.shape
+    x = model.embed(tokens.t())  # [L, B, F]
+    dirty = core.initial_state(B)
+    for _ in range(3):  # an earlier episode
+        _, dirty = core.step(torch.randn(B, x.shape[-1]), dirty, torch.zeros(B))
+    starts = torch.zeros(L, B)
+    starts[0] = 1.0
+    outputs, state = [], dirty
+    for t in range(L):
+        out, state = core.step(x[t], state, starts[t])
+        outputs.append(out)
+    replay, _ = core.forward_sequence(x, dirty, starts)
+    torch.testing.assert_close(replay, torch.stack(outputs), rtol=0, atol=0)  # the replay path agrees too
+    return model.head(torch.stack(outputs, dim=1))
+
+
+@pytest.mark.parametrize("core", CORES)
+def test_outputs_equal_the_agents_stepping(core):
+    model, tokens = _model(core)
+    expected = _agent_logits(model, tokens)
+    torch.testing.assert_close(model(tokens, fast=False), expected, rtol=0, atol=0)  # the step loop: exact
+    torch.testing.assert_close(model(tokens), expected, rtol=1e-5, atol=1e-6)  # the fast path (fused LSTM)
+    logits, hidden = model.hidden_states(tokens)
+    torch.testing.assert_close(logits, expected, rtol=0, atol=0)
+    assert len(hidden) == tokens.shape[1] and hidden[0].shape == (4, 12)
+
+
+def test_the_core_is_the_agents_own_class_and_builder():
+    for core, cls in [("lstm", LSTMCore), ("memlstm", AttentiveLSTMCore), ("rellstm", AttentiveLSTMCore)]:
+        model, _ = _model(core)
+        assert type(model.core) is cls and type(model.core) is type(make_core(core, 4, 4))
+    rel, _ = _model("rellstm")
+    assert (rel.core.nu, rel.core.rho) == (2, 3)
+    mem, _ = _model("memlstm", T=6)
+    assert (mem.core.nu, mem.core.rho) == (6 + 2 * 3, 0)  # MemLSTM: every state of the L-step sequence
+
+
+def test_fused_lstm_gives_the_step_loops_gradients():
+    model, tokens = _model("lstm")
+    targets = torch.randint(0, 6, tokens.shape)
+    grads = []
+    for fast in (True, False):
+        model.zero_grad()
+        sequence_loss(model(tokens, fast=fast), targets).backward()
+        grads.append({n: p.grad.clone() for n, p in model.named_parameters()})
+    for name in grads[0]:
+        torch.testing.assert_close(grads[0][name], grads[1][name], rtol=1e-4, atol=1e-6, msg=name)
+    assert not any("shell" in n for n, _ in model.named_parameters())  # the nn.LSTM template adds nothing
+
+
+def test_compiled_cell_path_steps_like_the_core(monkeypatch):
+    # The compiled path's composition (reset, then cell) checked with dynamo's tracing only: inductor's
+    # code generation takes a minute, its numerics are torch's business.
+    real = torch.compile
+    monkeypatch.setattr(torch, "compile", lambda fn, **kw: real(fn, backend="eager", **kw))
+    torch._dynamo.reset()
+    model, tokens = _model("rellstm")
+    model.compile_core = True
+    expected = _agent_logits(model, tokens)
+    torch.testing.assert_close(model(tokens), expected, rtol=1e-6, atol=1e-6)
+    assert model._compiled_cell is not None
+    torch._dynamo.reset()
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        ({"nu": 0}, r"model\.nu: the short-term buffer holds at least the last state \(nu >= 1\), got 0"),
+        ({"rho": -1}, r"model\.rho: the relevant set cannot have a negative size \(rho >= 0\), got -1"),
+        ({"core": "gru"}, r"model\.core: unknown memory core 'gru'"),
+        ({"hidden_size": 0}, r"model\.hidden_size: must be at least 1, got 0"),
+    ],
+)
+def test_bad_model_settings_name_the_culprit(changes, message):
+    config = SequenceModelConfig(**{"core": "rellstm", **changes})
+    with pytest.raises(ConfigError, match=message):
+        config.check()
+    with pytest.raises(ConfigError, match=message):
+        build_model(make_task("copy", 5), config)

@@ -1,0 +1,146 @@
+"""Losses, accuracy and the gradient-norm recorder against hand computations; the kappa variants;
+determinism of a training run; attention's gradient paths at initialisation (App. C)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from recurbench.errors import ConfigError
+from recurbench.memory.models import SequenceModelConfig, build_model
+from recurbench.memory.tasks import make_task
+from recurbench.memory.training import (
+    MemoryTrainConfig,
+    gradient_norms,
+    kappa_variants,
+    record_gradients,
+    scored_accuracy,
+    scored_loss,
+    sequence_loss,
+    train_memory_task,
+)
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    torch.set_num_threads(1)
+
+
+def test_gradient_norms_match_a_hand_computation():
+    # h_0 = x, h_t = h_{t-1} W (t = 1..5), loss = <G, h_5> + <K, h_2> (a skip path, as attention gives).
+    # By hand: dL/dh_5 = G; dL/dh_t = dL/dh_{t+1} W' (+ K at t = 2), i.e. G (W')^(5-t) (+ K (W')^(2-t) for t <= 2).
+    rng = np.random.default_rng(0)
+    W, G, K, x = (rng.standard_normal(s) for s in [(3, 3), (2, 3), (2, 3), (2, 3)])
+    hs = [torch.tensor(x, requires_grad=True)]
+    for _ in range(5):
+        hs.append(hs[-1] @ torch.tensor(W))
+    unused = torch.zeros(2, 3, requires_grad=True)  # no path to the loss: norm 0
+    loss = (torch.tensor(G) * hs[5]).sum() + (torch.tensor(K) * hs[2]).sum()
+    expected = []
+    for t in range(6):
+        g = G @ np.linalg.matrix_power(W.T, 5 - t)
+        if t <= 2:
+            g = g + K @ np.linalg.matrix_power(W.T, 2 - t)
+        expected.append(np.sqrt((g**2).sum()))
+    norms = gradient_norms(loss, [*hs, unused])
+    np.testing.assert_allclose(norms[:6], expected, rtol=1e-10)
+    assert norms[6] == 0.0
+    assert hs[0].grad is None  # parameter (leaf) gradients are left untouched
+
+
+@pytest.mark.parametrize("core", ["lstm", "rellstm"])
+def test_recorded_norms_equal_retain_grad_on_the_step_outputs(core):
+    task = make_task("copy", 4, copy_length=3, labels=4)
+    torch.manual_seed(0)
+    model = build_model(task, SequenceModelConfig(core, hidden_size=8, attention_size=4, nu=2, rho=2))
+    x, y = (torch.as_tensor(a) for a in task.sample(5, np.random.default_rng(0)))
+    recorded = record_gradients(model, task, x, y)
+    outputs = model.step_outputs(x)
+    for h in outputs:
+        h.retain_grad()
+    scored_loss(model.head(torch.stack(outputs, dim=1)), y, task.scored_from).backward()
+    np.testing.assert_allclose(recorded, [float(h.grad.norm()) for h in outputs], rtol=1e-6)
+    assert len(recorded) == task.seq_len and (recorded > 0).all()
+
+
+def test_losses_and_accuracy_by_hand():
+    rng = np.random.default_rng(3)
+    logits = rng.standard_normal((2, 4, 3))
+    targets = np.array([[0, 0, 1, 2], [0, 0, 2, 2]])
+    nll = -(logits - np.log(np.exp(logits).sum(-1, keepdims=True)))  # [B, L, C]
+    ce = np.take_along_axis(nll, targets[..., None], -1)[..., 0]  # [B, L]
+    lt, tt = torch.tensor(logits), torch.tensor(targets)
+    # Training loss: per-step batch mean, summed over the L = 4 steps, over L.
+    assert float(sequence_loss(lt, tt)) == pytest.approx(ce.mean(axis=0).sum() / 4)
+    # L2: the same over the scored steps 2 and 3 only, still over L.
+    assert float(scored_loss(lt, tt, 2)) == pytest.approx(ce[:, 2:].mean(axis=0).sum() / 4)
+    hits = logits[:, 2:].argmax(-1) == targets[:, 2:]
+    assert scored_accuracy(lt, tt, 2) == pytest.approx(hits.mean())
+
+
+def test_attention_carries_gradient_to_the_data_steps_at_initialisation():
+    # Kerg et al. App. C: with memory attention the data steps have direct paths to the loss; through an
+    # LSTM's recurrence alone the gradient decays over the T steps in between.
+    task = make_task("copy", 60)
+    x, y = (torch.as_tensor(a) for a in task.sample(10, np.random.default_rng(0)))
+    ratio = {}
+    for core in ("lstm", "memlstm", "rellstm"):
+        torch.manual_seed(0)
+        g = record_gradients(build_model(task, SequenceModelConfig(core)), task, x, y)
+        ratio[core] = g[: task.copy_length].mean() / g[task.scored_from:].mean()
+    assert ratio["lstm"] < 1e-8
+    assert ratio["memlstm"] > 1e-3 and ratio["rellstm"] > 1e-3
+
+
+def test_kappa_variants_hold_one_of_nu_and_rho():
+    base = SequenceModelConfig("rellstm", nu=10, rho=4)
+    assert [(c.nu, c.rho, c.kappa) for c in kappa_variants(base, [11, 20])] == [(10, 1, 11), (10, 10, 20)]
+    assert [(c.nu, c.rho) for c in kappa_variants(base, [5, 9], fixed="rho")] == [(1, 4), (5, 4)]
+    assert all(c.core == "rellstm" for c in kappa_variants(SequenceModelConfig("lstm"), [20]))
+    with pytest.raises(ConfigError, match=r"kappa\.kappas\.1: kappa 9 with nu = 10 leaves model\.rho: .* got -1"):
+        kappa_variants(base, [12, 9])
+    with pytest.raises(ConfigError, match=r"kappa\.kappas\.0: kappa 4 with rho = 4 leaves model\.nu: .* got 0"):
+        kappa_variants(base, [4], fixed="rho")
+
+
+def _tiny(seed: int, **changes):
+    task = make_task("copy", 3, copy_length=2, labels=4)
+    config = MemoryTrainConfig(**{"updates": 12, "batch_size": 8, "learning_rate": 1e-2, "log_every": 4,
+                                  "eval_batches": 2, **changes})
+    return train_memory_task(task, SequenceModelConfig("rellstm", hidden_size=8, attention_size=4, nu=2, rho=1),
+                             config, seed=seed)
+
+
+def test_a_seed_fixes_a_training_run():
+    a, b, c = _tiny(0), _tiny(0), _tiny(1)
+    assert [(p.update, p.loss, p.accuracy) for p in a.curve] == [(p.update, p.loss, p.accuracy) for p in b.curve]
+    assert a.gradients.init == b.gradients.init and a.gradients.final == b.gradients.final
+    assert a.accuracy == b.accuracy
+    assert [p.loss for p in a.curve] != [p.loss for p in c.curve]
+    assert [p.update for p in a.curve] == [4, 8, 12]
+    assert len(a.gradients.init) == 7 and a.gradients.init != a.gradients.final  # L = 7 steps, trained
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        ({"optimizer": "sgd"}, r"training\.optimizer: unknown optimizer 'sgd'; known: adam, rmsprop"),
+        ({"updates": 0}, r"training\.updates: must be at least 1, got 0"),
+        ({"learning_rate": 0.0}, r"training\.learning_rate: must be a positive number"),
+    ],
+)
+def test_bad_training_settings_fail_before_training(changes, message):
+    with pytest.raises(ConfigError, match=message):
+        _tiny(0, **changes)
+
+
+def test_sweep_kappa_trains_one_rellstm_per_kappa():
+    from recurbench.memory.training import sweep_kappa
+
+    task = make_task("copy", 3, copy_length=2, labels=4)
+    config = MemoryTrainConfig(updates=3, batch_size=4, log_every=3, eval_batches=1)
+    points = sweep_kappa(task, SequenceModelConfig("rellstm", hidden_size=8, attention_size=4, nu=1, rho=0),
+                         config, [1, 3], seed=0)
+    assert [(p.kappa, p.nu, p.rho) for p in points] == [(1, 1, 0), (3, 1, 2)]
+    assert all(0 <= p.accuracy <= 1 and p.grad_first_init > 0 and p.grad_first_final > 0 for p in points)
