@@ -33,7 +33,13 @@ from recurbench.tracking import MlflowTracker  # noqa: E402
 @pytest.fixture(scope="module")
 def local_ray():
     ray.cloudpickle.register_pickle_by_value(ray_toys)
-    ray.init(num_cpus=4, include_dashboard=False, logging_level="ERROR")
+    # Ray's memory monitor kills workers when the *machine* is nearly full, whoever fills it: with
+    # other work beside the tests that would fail them, so it is off for this instance. Its workers run
+    # at normal priority, as the engine's own instances do.
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("RAY_memory_monitor_refresh_ms", "0")
+        env.setenv("RAY_worker_niceness", "0")
+        ray.init(num_cpus=4, include_dashboard=False, logging_level="ERROR")
     yield ray
     ray.shutdown()
 
