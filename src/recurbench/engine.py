@@ -267,9 +267,9 @@ class RaySession(Session):
         # max_calls=1: a fresh worker process per task. A worker kept for the next run would keep its
         # predecessor's peak memory (the tuned allocator returns nothing to the system: 8 GB after a
         # few dozen ltsf runs) and its torch.compile caches; a process start is seconds against minutes.
-        remote = ray.remote(_in_task).options(
+        remote = ray.remote(max_calls=1)(_in_task).options(
             num_cpus=self.spec.cpus_per_run, num_gpus=self.spec.gpus_per_run,
-            max_retries=self.spec.max_retries, retry_exceptions=False, max_calls=1,
+            max_retries=self.spec.max_retries, retry_exceptions=False,
         )
         cap = self.spec.in_flight() or len(jobs)
         queue = list(enumerate(jobs))
