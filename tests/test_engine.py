@@ -132,10 +132,16 @@ def test_ctrl_c_cancels_the_tasks_and_ends_their_runs_killed(toy):
             time.sleep(0.05)
         os.kill(os.getpid(), signal.SIGINT)
 
-    threading.Thread(target=interrupt_when_both_run, daemon=True).start()
-    with pytest.raises(KeyboardInterrupt):
-        run_suite("raytoy", "quick", MlflowTracker(uri), config_path=config, data_dir=markers,
-                  selection={"models": ["block"], "seeds": 2}, engine=EngineSpec("ray", workers=2))
+    # Ctrl-C as a terminal sends it. A process started in the background by a non-interactive shell
+    # inherits SIGINT ignored (Python then installs no handler), so the test sets Python's own.
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        threading.Thread(target=interrupt_when_both_run, daemon=True).start()
+        with pytest.raises(KeyboardInterrupt):
+            run_suite("raytoy", "quick", MlflowTracker(uri), config_path=config, data_dir=markers,
+                      selection={"models": ["block"], "seeds": 2}, engine=EngineSpec("ray", workers=2))
+    finally:
+        signal.signal(signal.SIGINT, previous)
     _, runs = _runs(uri)
     assert sorted((r.info.run_name, r.info.status) for r in runs) == [
         ("block-s0", "KILLED"), ("block-s1", "KILLED"), ("raytoy-quick", "KILLED")]
