@@ -11,7 +11,7 @@ from pathlib import Path
 import optuna
 
 from recurbench.config import StrictModel
-from recurbench.suites.runner import RunPlan, SuiteDefinition
+from recurbench.suites.base import RunPlan, SuiteDefinition
 from recurbench.tuning.study import Objective
 
 STEPS = 20

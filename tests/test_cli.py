@@ -222,7 +222,7 @@ def test_console_errors_print_brackets_as_they_are(tmp_path):
 def test_tables_show_cells_as_text_not_markup():
     from rich.console import Console
 
-    from recurbench.cli import _table
+    from recurbench.cli.common import table as _table
 
     out = Console(width=200, record=True, color_system=None)
     out.print(_table("[bold]t[/bold]", ["[i]x[/i]"], [["[red]cell[/red] [lstm]"]]))
@@ -286,7 +286,7 @@ def test_progress_off_a_terminal_logs_one_line_per_change():
     from rich.console import Console
     from rich.progress import Progress
 
-    from recurbench.cli import _RunProgress
+    from recurbench.cli.run import _RunProgress
 
     buffer = io.StringIO()
     with Progress(console=Console(file=buffer, force_terminal=False, width=200)) as progress:

@@ -25,7 +25,7 @@ from mlflow.tracking import MlflowClient  # noqa: E402
 
 import ray_toys  # noqa: E402
 from recurbench.engine import EngineSpec  # noqa: E402
-from recurbench.suites import runner  # noqa: E402
+from recurbench.suites import registry  # noqa: E402
 from recurbench.suites.runner import run_suite  # noqa: E402
 from recurbench.tracking import MlflowTracker  # noqa: E402
 
@@ -46,7 +46,7 @@ def local_ray():
 
 @pytest.fixture
 def toy(tmp_path, monkeypatch, local_ray):
-    monkeypatch.setitem(runner.SUITES, "raytoy", ray_toys.RayToySuite)
+    monkeypatch.setitem(registry.SUITES, "raytoy", ray_toys.RayToySuite)
     path = tmp_path / "raytoy.yaml"
     path.write_text(textwrap.dedent("""\
         suite: raytoy

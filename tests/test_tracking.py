@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from recurbench.tracking import MemoryTracker, MlflowTracker, flatten, standard_tags
+from recurbench.records import flatten
+from recurbench.tracking import MemoryTracker, MlflowTracker, standard_tags
 
 
 def test_flatten_nested_params():
@@ -104,7 +105,10 @@ def test_sigterm_ends_the_runs_in_progress_killed(tmp_path, engine):
     finally:
         if proc.poll() is None:
             proc.kill()
-    assert proc.returncode != 0
+    # The shell's convention (128 + 15) and one line saying so, as the last thing the command printed.
+    assert proc.returncode == 143
+    assert proc.stderr.read().strip().splitlines()[-1] == (
+        "stopped by SIGTERM: the runs in progress were ended KILLED")
     client = MlflowClient(uri)
     runs = client.search_runs([e.experiment_id for e in client.search_experiments()])
     status = {r.info.run_name: (r.info.status, r.data.tags.get("error")) for r in runs}

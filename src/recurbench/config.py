@@ -27,17 +27,29 @@ class StrictModel(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
 
+class KeyPathError(ValueError):
+    """A validator's error about a value below the field it validates: ``path`` (keys and indices)
+    continues the field's location, so that the message names the exact key in the file, e.g.
+    ``profiles.paper.rem_heads.ETTh1.24.rsa_informer.k`` for a validator of ``rem_heads``."""
+
+    def __init__(self, path: Sequence[str | int], message: str) -> None:
+        super().__init__(message)
+        self.path = tuple(path)
+
+
 def format_validation_error(exc: ValidationError, source: str, prefix: str = "") -> str:
     lines = []
     for err in exc.errors():
-        loc = ".".join(str(part) for part in (prefix, *err["loc"]) if part != "")
+        below = err.get("ctx", {}).get("error")
+        below_path = below.path if isinstance(below, KeyPathError) else ()
+        loc = ".".join(str(part) for part in (prefix, *err["loc"], *below_path) if part != "")
         message = err["msg"]
         if err["type"] == "extra_forbidden":
             message = "unknown key"
         elif err["type"] == "value_error":
             message = message.removeprefix("Value error, ")
         got = err.get("input")
-        shown = "" if isinstance(got, (dict, list)) else f" (got {got!r})"
+        shown = "" if isinstance(got, (dict, list)) or below_path else f" (got {got!r})"
         lines.append(f"{source}: {loc or '<root>'}: {message}{shown}")
     return "\n".join(lines)
 

@@ -24,7 +24,7 @@ _CUDA = re.compile(r"cuda(?::(\d+))?")
 def resolve_device(spec: str | torch.device, *, what: str = "device") -> torch.device:
     """``spec`` as a :class:`torch.device` this machine has; ``what`` names the setting in the error
     (``--device``, ``InformerForecaster: device``)."""
-    import torch
+    import torch  # noqa: PLC0415 - torch: the CLI imports this at start-up, --help must not wait
 
     text = str(spec).strip().lower()
     if text == "auto":
@@ -55,7 +55,7 @@ def resolve_device(spec: str | torch.device, *, what: str = "device") -> torch.d
 
 def describe_device(device: torch.device) -> str:
     """``cpu``, or ``cuda:0 (NVIDIA H100 80GB HBM3)``: what the ``device`` tag of a run records."""
-    import torch
+    import torch  # noqa: PLC0415 - torch: the CLI imports this at start-up, --help must not wait
 
     if device.type == "cuda":
         index = device.index if device.index is not None else torch.cuda.current_device()
@@ -66,7 +66,7 @@ def describe_device(device: torch.device) -> str:
 def rng_devices(device: torch.device) -> list[int]:
     """The CUDA devices whose random state :func:`torch.random.fork_rng` must save and restore for work on
     ``device`` (none for the CPU)."""
-    import torch
+    import torch  # noqa: PLC0415 - torch: the CLI imports this at start-up, --help must not wait
 
     if device.type != "cuda":
         return []
@@ -75,7 +75,7 @@ def rng_devices(device: torch.device) -> list[int]:
 
 def synchronize(device: torch.device) -> None:
     """Wait for the work queued on ``device`` (a no-op on the CPU), so that a wall-clock time is complete."""
-    import torch
+    import torch  # noqa: PLC0415 - torch: the CLI imports this at start-up, --help must not wait
 
     if device.type == "cuda":
         torch.cuda.synchronize(device)

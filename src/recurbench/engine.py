@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from recurbench.errors import ConfigError
-from recurbench.runtime import raise_if_terminated
+from recurbench.runtime import raise_if_terminated, tune_allocator
 from recurbench.tracking import (
     MlflowRun,
     MlflowTracker,
@@ -112,7 +112,7 @@ class EngineSpec:
 def import_ray() -> Any:
     """The ``ray`` module, or a one-line :class:`ConfigError` saying how to install it."""
     try:
-        import ray  # optional: only --engine ray needs it
+        import ray  # noqa: PLC0415 - Ray is optional (the ray extra); optional: only --engine ray needs it
     except ImportError:
         raise ConfigError(f"--engine ray needs Ray, which is not installed here: {INSTALL_RAY}") from None
     return ray
@@ -177,7 +177,7 @@ class WriterRun(RunHandle):
         self.run_id = run_id
 
     def _call(self, method: str, *args: Any) -> None:
-        import ray
+        import ray  # noqa: PLC0415 - Ray is optional (the ray extra)
 
         ray.get(self.writer.call.remote(self.run_id, method, *args))
 
@@ -204,7 +204,7 @@ class WriterTracker(Tracker):
         self.tracking_uri = tracking_uri
 
     def _get(self, ref: Any) -> Any:
-        import ray
+        import ray  # noqa: PLC0415 - Ray is optional (the ray extra)
 
         return ray.get(ref)
 
@@ -307,9 +307,8 @@ def _crash_reason(exc: Exception, retries: int) -> str:
 
 def _in_task(fn: Callable[..., Any], job: tuple[Any, ...], threads: int, gpu: bool) -> Any:
     """The body of every Ray task: this process's settings, then ``fn(*job)``."""
-    import torch
+    import torch  # noqa: PLC0415 - torch: the CLI imports this at start-up, --help must not wait
 
-    from recurbench.runtime import tune_allocator
 
     tune_allocator()
     torch.set_num_threads(threads)

@@ -149,3 +149,9 @@ def handle_termination() -> None:
     if sys.unraisablehook is not _unraisable:
         _previous_unraisablehook = sys.unraisablehook
         sys.unraisablehook = _unraisable
+
+
+def stop_signal() -> int | None:
+    """The signal (SIGTERM, SIGINT) that asked this process to stop, once one has
+    (:func:`handle_termination`); None until then."""
+    return _pending

@@ -17,7 +17,8 @@ Conventions (every suite, study and benchmark follows them):
 
 Runs are read back as :class:`RunRecord` (latest metric values, params as logged text):
 :meth:`Tracker.stored_runs` for ``recurbench run --skip-finished``, and
-:mod:`recurbench.reporting.runs` for comparisons.
+:mod:`recurbench.reporting.runs` for comparisons; what a run's settings are, and whether two agree,
+is :mod:`recurbench.records`.
 
 The default store is embedded: ``sqlite:///results/mlflow.db`` with artifacts under
 ``results/mlartifacts``. ``--tracking-uri`` (or ``MLFLOW_TRACKING_URI``) selects any other store.
@@ -49,28 +50,16 @@ from urllib.parse import unquote
 
 import recurbench
 from recurbench.errors import ConfigError
+from recurbench.records import RunRecord, flatten, param_value
 from recurbench.runtime import allocator
 
 RESULTS_DIR = Path("results")
 DEFAULT_TRACKING_URI = "sqlite:///results/mlflow.db"
 EXPERIMENT_PREFIX = "recurbench-"
-_MAX_PARAM_CHARS = 6000
 
 
 def experiment_name(suite: str) -> str:
     return f"{EXPERIMENT_PREFIX}{suite}"
-
-
-def flatten(params: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
-    """Nested mappings become dotted keys (``model.d_model``), the form MLflow params take."""
-    flat: dict[str, Any] = {}
-    for key, value in params.items():
-        name = f"{prefix}{key}"
-        if isinstance(value, Mapping):
-            flat.update(flatten(value, f"{name}."))
-        else:
-            flat[name] = value
-    return flat
 
 
 @functools.lru_cache(maxsize=1)
@@ -102,28 +91,6 @@ def standard_tags(**tags: Any) -> dict[str, str]:
 PARENT_TAG = "mlflow.parentRunId"
 RUN_STATUSES = ("RUNNING", "SCHEDULED", "FINISHED", "FAILED", "KILLED")
 """MLflow's run statuses (a status filter is built from one of them)."""
-
-
-@dataclass(frozen=True)
-class RunRecord:
-    """One tracked run read back: its latest metric values, tags and params (as the logged text)."""
-
-    run_id: str
-    name: str
-    status: str
-    start_time: int
-    tags: dict[str, str]
-    params: dict[str, str]
-    metrics: dict[str, float]
-    parent_id: str | None
-
-    @property
-    def seed(self) -> int | None:
-        value = self.tags.get("seed", self.params.get("seed"))
-        try:
-            return int(value) if value is not None else None
-        except ValueError:
-            return None
 
 
 class RunHandle(ABC):
@@ -403,8 +370,8 @@ def check_store(uri: str, *, write: bool = True) -> None:
 def mlflow_client(uri: str) -> Any:
     """``MlflowClient(uri)``; a URI MLflow cannot serve (an unknown scheme, a missing driver) is a
     :class:`ConfigError` naming it instead of MLflow's traceback."""
-    from mlflow.exceptions import MlflowException
-    from mlflow.tracking import MlflowClient
+    from mlflow.exceptions import MlflowException  # noqa: PLC0415 - MLflow: 1.5 s to import, the CLI's store checks and --help do without
+    from mlflow.tracking import MlflowClient  # noqa: PLC0415 - MLflow: 1.5 s to import, the CLI's store checks and --help do without
 
     try:
         return MlflowClient(tracking_uri=uri)
@@ -424,14 +391,14 @@ class MlflowRun(RunHandle):
         self.run_id = run_id
 
     def log_params(self, params: Mapping[str, Any]) -> None:
-        from mlflow.entities import Param
+        from mlflow.entities import Param  # noqa: PLC0415 - MLflow: 1.5 s to import, the CLI's store checks and --help do without
 
         items = [Param(k, param_value(v)) for k, v in flatten(params).items()]
         for i in range(0, len(items), 100):
             self.client.log_batch(self.run_id, params=items[i : i + 100])
 
     def log_metrics(self, metrics: Mapping[str, float], step: int | None = None) -> None:
-        from mlflow.entities import Metric
+        from mlflow.entities import Metric  # noqa: PLC0415 - MLflow: 1.5 s to import, the CLI's store checks and --help do without
 
         now = int(time.time() * 1000)
         items = [
@@ -443,18 +410,12 @@ class MlflowRun(RunHandle):
             self.client.log_batch(self.run_id, metrics=items[i : i + 500])
 
     def set_tags(self, tags: Mapping[str, Any]) -> None:
-        from mlflow.entities import RunTag
+        from mlflow.entities import RunTag  # noqa: PLC0415 - MLflow: 1.5 s to import, the CLI's store checks and --help do without
 
         self.client.log_batch(self.run_id, tags=[RunTag(k, str(v)) for k, v in tags.items()])
 
     def log_artifact(self, path: str | os.PathLike[str], artifact_path: str | None = None) -> None:
         self.client.log_artifact(self.run_id, str(path), artifact_path)
-
-
-def param_value(value: Any) -> str:
-    """``value`` as the text an MLflow param stores (lists, tuples and mappings as JSON)."""
-    text = json.dumps(value) if isinstance(value, (list, tuple, dict)) else str(value)
-    return text if len(text) <= _MAX_PARAM_CHARS else text[: _MAX_PARAM_CHARS - 3] + "..."
 
 
 class MlflowTracker(Tracker):
@@ -494,7 +455,7 @@ class MlflowTracker(Tracker):
         return self._experiments[experiment]
 
     def _start(self, experiment: str, name: str, tags: dict[str, str], parent_id: str | None) -> RunHandle:
-        from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID
+        from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID  # noqa: PLC0415 - MLflow: 1.5 s to import, the CLI's store checks and --help do without
 
         if parent_id is not None:
             tags = {**tags, MLFLOW_PARENT_RUN_ID: parent_id}
@@ -526,7 +487,7 @@ class MlflowTracker(Tracker):
         return self.end_runs(ids, reason, status=status)
 
     def end_runs(self, run_ids: Sequence[str], reason: str, *, status: str = "FAILED") -> list[str]:
-        from mlflow.entities import RunTag
+        from mlflow.entities import RunTag  # noqa: PLC0415 - MLflow: 1.5 s to import, the CLI's store checks and --help do without
 
         ended = []
         for run_id in run_ids:

@@ -118,6 +118,24 @@ def test_window_spec_rejects_label_longer_than_input():
         WindowSpec(10, 50, 5)
 
 
+@pytest.mark.parametrize(
+    ("window", "message"),
+    [
+        # 0 used to read "pred_len must be a non-negative integer", though 0 is refused too
+        ((96, 48, 0), "pred_len must be a positive integer, got 0"),
+        ((96, 48, -1), "pred_len must be a positive integer, got -1"),
+        ((96, 48, 2.0), "pred_len must be a positive integer, got 2.0"),
+        ((0, 0, 24), "seq_len must be a positive integer, got 0"),
+        ((96, -1, 24), "label_len must be a non-negative integer, got -1"),
+    ],
+)
+def test_window_spec_says_which_lengths_it_accepts(window, message):
+    with pytest.raises(DataError) as info:
+        WindowSpec(*window)
+    assert str(info.value) == message
+    assert WindowSpec(1, 0, 1).label_len == 0  # the smallest window each message allows
+
+
 def test_a_missing_registered_dataset_says_where_it_looked_and_how_to_get_it(tmp_path, monkeypatch):
     monkeypatch.setenv("RECURBENCH_DATA", str(tmp_path / "env"))
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))

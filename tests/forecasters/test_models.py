@@ -140,3 +140,21 @@ def test_each_network_compiles_into_one_graph(name):
         torch.manual_seed(1)
         eager = model(*batch())
     torch.testing.assert_close(compiled, eager, rtol=1e-5, atol=1e-5)
+
+
+def test_the_model_list_describes_what_the_code_runs():
+    # `recurbench list models` said Informer distils, while the estimators and the ltsf suite run without.
+    import dataclasses
+    import re
+    from importlib import resources
+
+    import yaml
+
+    from recurbench.forecasters.estimators import ESTIMATORS, InformerForecaster
+
+    assert set(ARCHITECTURES) == set(ESTIMATORS)
+    suite = yaml.safe_load(resources.files("recurbench.suites").joinpath("ltsf.yaml").read_text())
+    distil = {field.name: field.default for field in dataclasses.fields(ForecasterConfig)}["distil"]
+    assert {distil, InformerForecaster().distil, suite["profiles"]["paper"]["model"]["distil"]} == {False}
+    for name in ("informer", "rsa_informer"):
+        assert re.search(r"distilling off|no distilling", ARCHITECTURES[name].description), name

@@ -1,7 +1,7 @@
 """Every Triton kernel, compiled ahead of time for sm_80 and sm_90 without a GPU (in the ordinary pytest
 process; the kernels' numerics are tested under the interpreter and on a GPU elsewhere).
 
-All the specialisations the launch code makes for :func:`recurbench.kernels.compile.workloads` must
+All the specialisations the launch code makes for :func:`recurbench.bench.kernels.workloads` must
 compile, none that is launched by default may spill registers, and none may need more shared memory
 per block than the architecture has. The first run compiles about a hundred kernels (a minute or so
 on 2 cores); Triton's disk cache makes later runs fast."""
@@ -19,6 +19,7 @@ if os.environ.get("TRITON_INTERPRET") == "1":
                 allow_module_level=True)
 triton = pytest.importorskip("triton")
 
+from recurbench.bench.kernels import kernel_table, workloads  # noqa: E402
 from recurbench.kernels import compile as kc  # noqa: E402
 
 pytestmark = pytest.mark.filterwarnings("ignore:TRITON_DEFAULT_FP_FUSION")
@@ -31,7 +32,7 @@ def rows() -> list[kc.KernelResources]:
         kc.check_available()
     except kc.KernelCompileUnavailable as exc:
         pytest.skip(str(exc))
-    return kc.kernel_resources(ARCHS)
+    return kernel_table(ARCHS)
 
 
 def _describe(r: kc.KernelResources) -> str:
@@ -75,7 +76,7 @@ def test_every_configuration_fits_the_shared_memory_of_a_block(rows):
 
 def test_the_shipped_shapes_and_the_kernel_cases_are_all_compiled(rows):
     used = {name for r in rows for name in r.workloads}
-    assert used == {w.name for w in kc.workloads()}
+    assert used == {w.name for w in workloads()}
     # the paper's RSA-Informer (d_model 512, 8 heads of 64) runs the default geometry: C = 32, BD = 64, 8 warps
     paper = [r for r in rows if "ltsf paper ETTh1-24 rsa_informer encoder" in r.workloads]
     assert {r.kernel for r in paper} == {"_rem_fwd_kernel", "_rem_dparam_kernel"}

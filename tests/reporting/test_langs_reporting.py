@@ -7,9 +7,10 @@ import pytest
 import torch
 import yaml
 
-from recurbench.reporting import compare, render, write_report
+from recurbench.reporting.by_suite import compare, write_report
 from recurbench.reporting.compare import cell_values
-from recurbench.suites import runner
+from recurbench.reporting.render import render
+from recurbench.suites import registry, runner
 from recurbench.suites.langs import LangsSuite
 from recurbench.tracking import MlflowTracker, experiment_name
 
@@ -32,7 +33,7 @@ def store(tmp_path_factory):
     config.write_text(yaml.safe_dump({"suite": "langs", "profiles": {"tiny": {**TINY, "cache_dir": str(root / "cache")}}}))
     torch.set_num_threads(1)
     with pytest.MonkeyPatch.context() as m:
-        m.setitem(runner.SUITES, "langs", LangsSuite)
+        m.setitem(registry.SUITES, "langs", LangsSuite)
         tracker = MlflowTracker(uri)
         tracker.client.create_experiment(experiment_name("langs"), artifact_location=(root / "artifacts").as_uri())
         result = runner.run_suite("langs", "tiny", tracker, config_path=config)

@@ -11,8 +11,11 @@ import pytest
 from typer.testing import CliRunner
 
 from recurbench.errors import ConfigError, RecurbenchError
-from recurbench.reporting import compare, render
-from recurbench.reporting.reference import ltsf_reference, minigrid_reference
+from recurbench.records import logged_settings
+from recurbench.reference import ltsf_reference, minigrid_reference
+from recurbench.reporting.by_suite import compare
+from recurbench.reporting.compare import ltsf_wins
+from recurbench.reporting.render import render, rich_tables
 from recurbench.reporting.stats import iqm, iqm_ci
 
 
@@ -58,13 +61,13 @@ def test_runs_of_other_settings_are_never_pooled(ltsf):
 
 
 def _record(**params):
-    from recurbench.reporting.runs import RunRecord
+    from recurbench.records import RunRecord
 
     return RunRecord("id", "run", "FINISHED", 0, {}, {k: str(v) for k, v in params.items()}, {}, None)
 
 
 def test_a_param_an_older_run_did_not_log_is_read_at_its_default():
-    from recurbench.reporting.runs import settings_diff
+    from recurbench.records import settings_diff
 
     defaults = {"training.rsa_lr_factor": "1.0"}
     older = _record(seq_len=96)  # logged before rsa_lr_factor existed: it trained with factor 1
@@ -78,13 +81,12 @@ def test_a_param_an_older_run_did_not_log_is_read_at_its_default():
 
 
 def test_suite_param_defaults_are_the_text_a_default_run_logs(data_dir):
-    from recurbench.suites.runner import load_profile
-    from recurbench.tracking import flatten, param_value
+    from recurbench.suites.registry import load_profile
 
     definition, paper = load_profile("ltsf", "paper")  # Informer's training scheme: every default
     (plan,) = definition.plan(paper, {"datasets": ["ETTh1"], "horizons": ["24"], "models": ["rsa_informer"], "seeds": 1},
                               data_dir=str(data_dir))
-    logged = {k: param_value(v) for k, v in flatten(plan.params).items()}
+    logged = logged_settings(plan.params)
     defaults = definition.param_defaults()
     changed = ("training.lr_hold_epochs", "training.rsa_lr_factor")  # shipped values that older runs lacked
     training = {k: v for k, v in defaults.items() if k.startswith("training.") and k not in changed}
@@ -140,10 +142,56 @@ def test_ltsf_win_counts(ltsf):
     assert wins.loc["informer", ["ours_wins", "ours_cells"]].tolist() == [4, 4]
     assert wins.loc["logsparse", ["ours_wins", "ours_cells"]].tolist() == [1, 2]
     assert wins.loc["xl", ["ours_wins", "ours_cells"]].tolist() == [0, 0]
-    assert wins.loc["logsparse", ["paper_wins", "paper_cells"]].tolist() == [2, 2]
-    # the paper's own counts over its whole table: 28/32, 31/32, 24/32 (XL with one tie, ETTm1-288 MAE)
-    assert wins["paper_all_wins"].tolist() == [28, 31, 24] and wins["paper_all_cells"].tolist() == [32, 32, 32]
-    assert wins.loc["xl", "paper_all_ties"] == 1
+    # A quick-profile store: the paper's counts are not set beside ours (test_paper_win_counts_...).
+    assert [c for c in wins.columns if c.startswith("paper")] == []
+    # Beside runs at the paper's settings they are counted on the same cells, and over its whole table:
+    # 28/32, 31/32, 24/32 (XL with one tie, ETTm1-288 MAE).
+    paper = ltsf_wins(ltsf.cells[["dataset", "horizon", "model", "metric", "mean"]], ltsf_reference()).set_index("baseline")
+    assert paper.loc["logsparse", ["paper_wins", "paper_cells"]].tolist() == [2, 2]
+    assert paper["paper_all_wins"].tolist() == [28, 31, 24] and paper["paper_all_cells"].tolist() == [32, 32, 32]
+    assert paper.loc["xl", "paper_all_ties"] == 1
+
+
+def test_a_quick_profile_is_not_set_beside_the_papers_figures_as_if_comparable(ltsf, store):
+    assert ltsf.paper_caveat.startswith(
+        "not comparable with the paper's figures: profile quick, settings other than the paper's: "
+    )
+    md = render(ltsf, "markdown")
+    main, wins = (t for t in md.split("### ")[1:3])
+    assert main.startswith(f"recurbench-ltsf (profile quick): test MSE/MAE over seeds — {ltsf.paper_caveat}\n")
+    assert "ours only: the paper's counts are left out" in wins.splitlines()[0]
+    assert "| RSA vs baseline | ours |" in wins and "28/32" not in md and "paper, all cells" not in md
+    terminal = [t.title for t in rich_tables(ltsf) if hasattr(t, "title")]
+    assert ltsf.paper_caveat in str(terminal[0]) and "left out, not comparable" in str(terminal[1])
+    # A run of the paper profile whose logged settings are not the paper's is flagged too.
+    paper = compare("ltsf", tracking_uri=store.uri, profile="paper")
+    assert paper.paper_caveat.startswith("not comparable with the paper's figures: settings other than the paper's: ")
+
+
+def test_paper_win_counts_stand_beside_runs_at_the_papers_settings():
+    from recurbench.records import RunRecord
+    from recurbench.reporting.by_suite import compare_runs
+    from recurbench.reporting.runs import SuiteRuns
+    from recurbench.suites.registry import load_profile
+
+    definition, cfg = load_profile("ltsf", "paper")
+    shipped = {tags["model"]: params for tags, params in definition.shipped_settings(cfg)
+               if (tags["dataset"], tags["horizon"]) == ("ETTh1", "24")}
+
+    def record(model: str, mse: float, mae: float) -> RunRecord:
+        params = {k: "7" if v is None else v for k, v in shipped[model].items()}  # None: the data decide
+        tags = {"suite": "ltsf", "profile": "paper", "dataset": "ETTh1", "horizon": "24", "model": model, "seed": "0"}
+        return RunRecord(f"id-{model}", f"{model}-ETTh1-24-s0", "FINISHED", 0, tags, {**params, "seed": "0"},
+                         {"test_mse": mse, "test_mae": mae}, "parent")
+
+    runs = SuiteRuns("ltsf", "recurbench-ltsf", "memory://", "paper",
+                     [record("informer", 0.8, 0.6), record("rsa_informer", 0.5, 0.7)], [])
+    comp = compare_runs(runs)
+    assert comp.paper_caveat is None
+    md = render(comp, "markdown")
+    assert "not comparable" not in md
+    # ours: MSE won, MAE lost; the paper's on the same two cells, and over its whole table
+    assert "| rsa_informer vs informer | 1/2 | 2/2 | 28/32 |" in md
 
 
 def test_paper_counts_recomputed_from_the_shipped_csv():
@@ -222,7 +270,7 @@ def test_output_formats(ltsf):
     assert csv["mean"].isna().sum() == ltsf.cells["mean"].isna().sum()  # missing stays empty, not 0
     md = render(ltsf, "markdown")
     assert "| ETTh1 | 24 | MSE | 0.700 ± 0.100 (n=3); paper 0.762; Δ -0.062 |" in md
-    assert "| rsa_informer vs informer | 4/4 | 4/4 | 28/32 |" in md
+    assert "| rsa_informer vs informer | 4/4 |" in md  # ours only: a quick profile
     tex = render(ltsf, "latex")
     assert r"\begin{tabular}" in tex and r"0.700 $\pm$ 0.100 (n=3)" in tex and "n/a" in tex
     with pytest.raises(ConfigError, match="unknown format 'xml'"):
@@ -348,7 +396,7 @@ def test_a_configuration_is_shown_at_its_shipped_settings_before_newer_probes(tm
 
 
 def test_has_settings_reads_defaults_and_refuses_settings_the_suite_no_longer_has():
-    from recurbench.reporting.runs import has_settings
+    from recurbench.records import has_settings
 
     shipped = {"seq_len": "96", "training.rsa_lr_factor": "1.0", "network.n_features": None}
     assert has_settings(_record(seq_len=96, **{"training.rsa_lr_factor": 1.0, "network.n_features": 7}, seed=3), shipped)
@@ -361,8 +409,7 @@ def test_has_settings_reads_defaults_and_refuses_settings_the_suite_no_longer_ha
 
 
 def test_shipped_settings_are_what_the_suites_plan_and_log(data_dir):
-    from recurbench.suites.runner import load_profile
-    from recurbench.tracking import flatten, param_value
+    from recurbench.suites.registry import load_profile
 
     definition, paper = load_profile("ltsf", "paper")
     shipped = {tuple(t.values()): p for t, p in definition.shipped_settings(paper)}
@@ -371,7 +418,7 @@ def test_shipped_settings_are_what_the_suites_plan_and_log(data_dir):
     assert len(plans) == 12
     for plan in plans:
         settings = shipped[(plan.tags["dataset"], plan.tags["horizon"], plan.tags["model"])]
-        logged = {k: param_value(v) for k, v in flatten(plan.params).items()}
+        logged = logged_settings(plan.params)
         assert logged.keys() <= settings.keys()
         assert {k: v for k, v in logged.items() if settings[k] is not None} == {
             k: v for k, v in settings.items() if v is not None
@@ -379,7 +426,7 @@ def test_shipped_settings_are_what_the_suites_plan_and_log(data_dir):
     definition, quick = load_profile("minigrid", "quick")
     shipped = {tuple(t.values()): p for t, p in definition.shipped_settings(quick)}
     for plan in definition.plan(quick, {"seeds": 1}, data_dir=None):
-        logged = {k: param_value(v) for k, v in flatten(plan.params).items()}
+        logged = logged_settings(plan.params)
         assert shipped[(plan.tags["env"], plan.tags["agent"])] == logged
 
 

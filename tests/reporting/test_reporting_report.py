@@ -3,6 +3,7 @@ REM matrices match the paper's definitions entry by entry."""
 
 from __future__ import annotations
 
+import html
 import math
 import re
 
@@ -11,7 +12,7 @@ import pytest
 from typer.testing import CliRunner
 
 from recurbench.errors import ConfigError
-from recurbench.reporting import write_report
+from recurbench.reporting.by_suite import write_report
 from recurbench.reporting.rem import RemHead, parse_rem_params, rem_matrix
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -35,6 +36,17 @@ def test_ltsf_html_report_embeds_every_figure(ltsf_report):
     assert "RuntimeError: out of memory" in text  # failed run listed
     # RSA-LogSparse and RSA-XL runs logged gates but no REM parameters: said, not failed
     assert any("rsa_logsparse" in o for o in ltsf_report.omitted)
+
+
+def test_report_of_a_quick_profile_says_the_papers_figures_are_not_comparable(ltsf_report, store, tmp_path):
+    text = html.unescape(ltsf_report.path.read_text())
+    caveat = ltsf_report.comparison.paper_caveat
+    assert caveat.startswith("not comparable with the paper's figures: profile quick")
+    assert f"<li>{caveat}</li>" in text  # in the summary at the top
+    assert "ours only: the paper's counts are left out" in text and "28/32" not in text
+    report = write_report("minigrid", tmp_path, tracking_uri=store.uri, fmt="markdown", log_to_mlflow=False)
+    caption = next(line for line in report.path.read_text().splitlines() if line.startswith("Final train and test reward"))
+    assert caption.endswith(f"Ours are {report.comparison.paper_caveat}.")
 
 
 def test_figures_logged_to_latest_parent_run(store, ltsf_report):

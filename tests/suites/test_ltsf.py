@@ -11,8 +11,10 @@ import yaml
 
 from recurbench.data.protocol import WindowSpec, prepare
 from recurbench.errors import ConfigError
+from recurbench.suites.base import suite_file
 from recurbench.suites.ltsf import LTSFSuite, paper_reference
-from recurbench.suites.runner import load_profile, run_suite, suite_file
+from recurbench.suites.registry import load_profile
+from recurbench.suites.runner import run_suite
 from recurbench.tracking import MemoryTracker
 
 
@@ -151,6 +153,42 @@ def test_invalid_rem_heads_fail_before_training(tmp_path, heads, message, data_d
 
 
 @pytest.mark.parametrize(
+    ("heads", "key", "message"),
+    [
+        ({"k": [4, 0, 0, 0, 0, 0]}, "k", "the head counts [4, 0, 0, 0, 0, 0] sum to 4, but the model has 8 heads"),
+        ({"k": [4, 0, 0, 4, 0, 0], "dilations": [24, 24]}, "dilations",
+         "4 dilated heads (k4+k5+k6) need 4 dilation factors, got 2: [24, 24]"),
+        ({"k": [4, 3, 1, 0, 0, 0]}, "k",
+         "cyclical REM heads come in pairs: k2=3 != k3=1; give k2 (cos) and k3 (sin) the same count, one sin head "
+         "per cos head"),
+    ],
+)
+def test_a_bad_rem_layout_names_the_file_and_its_key_path(tmp_path, heads, key, message):
+    # The layout errors used to name the cell a plan reached ("ETTh1 horizon 24 rsa_informer: rsa.k: ..."),
+    # not the file, and the unpaired one suggested allow_unpaired, a key REMHeads refuses.
+    path = custom_suite(tmp_path, rem_heads={"ETTh1": {24: {"rsa_informer": heads}}})
+    with pytest.raises(ConfigError) as info:
+        load_profile("ltsf", "quick", path)
+    assert str(info.value) == f"{path}: profiles.quick.rem_heads.ETTh1.24.rsa_informer.{key}: {message}"
+
+
+def test_the_suggested_fix_for_unpaired_heads_loads(tmp_path):
+    path = custom_suite(tmp_path, rem_heads={"ETTh1": {24: {"rsa_informer": {"k": [4, 2, 2, 0, 0, 0]}}}})
+    _, profile = load_profile("ltsf", "quick", path)
+    assert profile.rem_heads["ETTh1"][24]["rsa_informer"].k == [4, 2, 2, 0, 0, 0]
+
+
+def test_a_bad_rem_layout_set_on_the_command_line_names_the_shipped_file():
+    setting = "rem_heads.WTH.336.rsa_xl.k=[8,0,0,0,0,0]"  # WTH-336's RSA-XL has 4 dilations for 4 dilated heads
+    with pytest.raises(ConfigError) as info:
+        load_profile("ltsf", "paper", overrides=[setting])
+    assert str(info.value) == (
+        f"{suite_file('ltsf')}: profiles.paper.rem_heads.WTH.336.rsa_xl.dilations: 0 dilated heads (k4+k5+k6) "
+        f"need 0 dilation factors, got 4: [48, 24, 48, 24] (with --set {setting})"
+    )
+
+
+@pytest.mark.parametrize(
     ("setting", "message"),
     [
         ("training.epochs=0", r"training\.epochs: Input should be greater than 0 \(got 0\)"),
@@ -219,10 +257,12 @@ def test_tiny_run_logs_what_the_issue_asks(tmp_path, data_dir):
     by_model = {row[2]: row for row in rows}
     assert by_model["rsa_informer"][6] == "0.414 ± 0.014" and by_model["informer"][7] == "0.632 ± 0.076"
     assert by_model["informer"][4] == f"{runs['informer'].last('test_mse'):.3f}"  # one seed: no ± shown
-    # Each RSA row against its baseline of the same invocation, beside the paper's change (0.414 / 0.762)
+    # Each RSA row against its baseline of the same invocation. A tiny network is not the paper's
+    # setting: the paper's own change (-45.7 %) is left out, and a closing row says why.
     change = 100 * (runs["rsa_informer"].last("test_mse") / runs["informer"].last("test_mse") - 1)
-    assert header[9] == "MSE vs baseline (paper)"
-    assert by_model["rsa_informer"][9] == f"{change:+.1f} % (-45.7 %)" and by_model["informer"][9] == "-"
+    assert header[9] == "MSE vs baseline"
+    assert by_model["rsa_informer"][9] == f"{change:+.1f} %" and by_model["informer"][9] == "-"
+    assert " ".join(rows[-1][0].split()).startswith("paper MSE/MAE: not comparable with the paper's figures: ")
 
 
 def test_checks_within_epochs_are_logged_at_their_training_batch(tmp_path, data_dir):

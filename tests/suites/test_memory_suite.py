@@ -10,10 +10,12 @@ import torch
 import yaml
 
 from recurbench.errors import ConfigError
-from recurbench.suites import runner
+from recurbench.records import logged_settings
+from recurbench.suites.base import RunOutcome, RunPlan
 from recurbench.suites.memory import MemorySuite, paper_table5
-from recurbench.suites.runner import RunOutcome, RunPlan, load_profile, run_suite
-from recurbench.tracking import MemoryTracker, flatten, param_value
+from recurbench.suites.registry import load_profile
+from recurbench.suites.runner import run_suite
+from recurbench.tracking import MemoryTracker
 
 # Copy with 2 symbols out of 4 after a delay of 3 (chance 1/4): learnt in 200 updates at a large rate.
 TINY = {
@@ -29,8 +31,6 @@ TINY = {
 
 @pytest.fixture(autouse=True)
 def _registered(monkeypatch):
-    # Until the lead adds the entry to runner._definitions(), register the suite for these tests.
-    monkeypatch.setitem(runner.SUITES, "memory", MemorySuite)
     torch.set_num_threads(1)
 
 
@@ -76,7 +76,7 @@ def test_shipped_settings_are_what_plan_logs():
         suite, cfg = load_profile("memory", profile)
         shipped = {tuple(sorted(tags.items())): params for tags, params in suite.shipped_settings(cfg)}
         for plan in suite.plan(cfg, {}, data_dir=None):
-            logged = {k: param_value(v) for k, v in flatten(plan.params).items()}
+            logged = logged_settings(plan.params)
             tags = {k: v for k, v in plan.tags.items() if k not in ("study", "sweep")}
             assert shipped[tuple(sorted(tags.items()))] == logged, plan.name
 

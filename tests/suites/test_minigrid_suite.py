@@ -11,8 +11,10 @@ from typer.testing import CliRunner
 
 from recurbench.cli import app
 from recurbench.errors import ConfigError
-from recurbench.suites import load_profile, run_suite
+from recurbench.records import logged_settings
 from recurbench.suites.minigrid import paper_table
+from recurbench.suites.registry import load_profile
+from recurbench.suites.runner import run_suite
 from recurbench.tracking import MemoryTracker
 
 TINY = {
@@ -179,7 +181,7 @@ def test_a_tiny_run_logs_curve_rewards_ratio_and_tags(tmp_path, mission):
 
 
 def _outcome(env: str, core: str, seed: int, train: float, test: float):
-    from recurbench.suites.runner import RunOutcome, RunPlan
+    from recurbench.suites.base import RunOutcome, RunPlan
 
     plan = RunPlan(f"{env}-{core}-s{seed}", seed, {"agent": core, "env": env}, {})
     ratio = test / train if train > 0 else math.nan
@@ -217,14 +219,13 @@ def test_summary_ratio_is_the_ratio_of_the_means_and_keeps_a_seed_with_train_rew
 def test_older_runs_read_as_mission_aware_and_stay_apart_from_image_only_runs():
     """A run logged before core.mission existed saw the mission: compare reads it so (param_defaults),
     beside a paper run (image and direction) it differs, beside a mission-aware run it pools."""
-    from recurbench.reporting.runs import RunRecord, settings_diff
-    from recurbench.tracking import flatten, param_value
+    from recurbench.records import RunRecord, settings_diff
 
     definition, paper = load_profile("minigrid", "paper")
     defaults = definition.param_defaults()
     assert defaults["core_settings.mission"] == "True"
     (plan,) = definition.plan(paper, {"envs": ["DoorKey"], "models": ["lstm"]}, data_dir=None)
-    logged = {k: param_value(v) for k, v in flatten(plan.params).items()}
+    logged = logged_settings(plan.params)
     older = {k: v for k, v in logged.items() if k != "core_settings.mission"}
 
     def record(params):

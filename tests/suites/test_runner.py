@@ -8,8 +8,9 @@ import pytest
 
 from recurbench.config import StrictModel, check_names, known_name
 from recurbench.errors import ConfigError
-from recurbench.suites import runner
-from recurbench.suites.runner import RunPlan, SuiteDefinition, SuiteFailed, run_suite
+from recurbench.suites import registry, runner
+from recurbench.suites.base import RunPlan, SuiteDefinition
+from recurbench.suites.runner import SuiteFailed, run_suite
 from recurbench.tracking import MemoryTracker
 
 KNOWN = {"good": 1, "crash": 2}
@@ -50,7 +51,7 @@ class ToySuite(SuiteDefinition):
 
 @pytest.fixture
 def toy(tmp_path, monkeypatch):
-    monkeypatch.setitem(runner.SUITES, "toy", ToySuite)
+    monkeypatch.setitem(registry.SUITES, "toy", ToySuite)
     path = tmp_path / "toy.yaml"
     path.write_text(
         textwrap.dedent(
@@ -113,7 +114,7 @@ def test_when_every_run_fails_the_parent_is_failed_too(toy):
     ],
 )
 def test_bad_suite_files_are_reported_with_their_path(tmp_path, monkeypatch, profile_yaml, message):
-    monkeypatch.setitem(runner.SUITES, "toy", ToySuite)
+    monkeypatch.setitem(registry.SUITES, "toy", ToySuite)
     path = tmp_path / "bad.yaml"
     path.write_text(f"suite: toy\nprofiles:\n  p:\n    {profile_yaml}\n")
     with pytest.raises(ConfigError, match=message) as info:
@@ -134,7 +135,7 @@ def test_unknown_profile_and_suite(toy):
 
 
 def test_set_overrides_one_profile_setting_and_leaves_the_others():
-    from recurbench.suites.runner import load_profile
+    from recurbench.suites.registry import load_profile
 
     sets = ["training.rsa_lr_factor=100", "model.keep_positional=true", "training.learning_rate=3e-4",
             "horizons.ETTh1=[24]"]
@@ -150,7 +151,7 @@ def test_set_overrides_one_profile_setting_and_leaves_the_others():
 
 def test_set_reaches_settings_under_integer_keys():
     # The YAML file keys horizons by integer (48:); the command line can only write "48".
-    from recurbench.suites.runner import load_profile
+    from recurbench.suites.registry import load_profile
 
     sets = ["rem_heads.ETTh1.48.rsa_informer.k=[2,1,1,0,2,2]", "windows.ETTh1.720.seq_len=336",
             "windows.ETTh1.720.label_len=168", "windows.ETTh1.720.e_layers=2", "windows.ETTh1.720.d_layers=1"]
@@ -175,7 +176,7 @@ def test_set_reaches_settings_under_integer_keys():
     ],
 )
 def test_bad_set_overrides_name_the_culprit(sets, message):
-    from recurbench.suites.runner import load_profile
+    from recurbench.suites.registry import load_profile
 
     with pytest.raises(ConfigError, match=message):
         load_profile("ltsf", "paper", overrides=sets)

@@ -144,17 +144,17 @@ def test_bad_specs_are_refused():
 
 
 def test_minigrid_objective_tunes_memory_sizes_on_the_training_env_only(tmp_path, monkeypatch):
-    from recurbench.agents import training
+    from recurbench.tuning import objectives
     from recurbench.tuning.objectives import MinigridObjective
 
     evaluated = []
-    real = training.evaluate
+    real = objectives.evaluate
 
     def spy(model, env_id, n_episodes, **kw):
         evaluated.append(env_id)
         return real(model, env_id, n_episodes, **kw)
 
-    monkeypatch.setattr(training, "evaluate", spy)
+    monkeypatch.setattr(objectives, "evaluate", spy)  # the name the objective calls
     tracker = MemoryTracker()
     objective = MinigridObjective("rellstm", "GoToObject", total_timesteps=1024)
     spec = StudySpec("mg", 2, storage=f"sqlite:///{tmp_path / 'o.db'}", pruner="none")
@@ -167,7 +167,7 @@ def test_minigrid_objective_tunes_memory_sizes_on_the_training_env_only(tmp_path
     assert all("rollout_reward" in r.metrics for r in trial_runs)  # intermediate values, for the pruner
 
     # The best configuration as a suite file that `recurbench run minigrid` accepts.
-    from recurbench.suites.runner import load_profile
+    from recurbench.suites.registry import load_profile
     from recurbench.tuning.objectives import write_best_profile
 
     best = load_study(spec, "maximize").best_trial
@@ -183,7 +183,7 @@ def test_minigrid_objective_tunes_memory_sizes_on_the_training_env_only(tmp_path
 def test_the_best_ltsf_configuration_is_a_suite_file_run_accepts(tmp_path, data_dir):
     from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
 
-    from recurbench.suites.runner import load_profile
+    from recurbench.suites.registry import load_profile
     from recurbench.tuning.objectives import LTSFObjective, write_best_profile
 
     objective = LTSFObjective("rsa_informer", "ETTh1", 24, "quick", str(data_dir))
@@ -205,7 +205,7 @@ def test_the_best_ltsf_configuration_is_a_suite_file_run_accepts(tmp_path, data_
 def test_tune_lr_writes_the_learning_rate_and_rsa_lr_factor_the_suite_then_trains_with(tmp_path, data_dir):
     from optuna.distributions import FloatDistribution, IntDistribution
 
-    from recurbench.suites.runner import load_profile
+    from recurbench.suites.registry import load_profile
     from recurbench.tuning.objectives import LTSFObjective, write_best_profile
 
     objective = LTSFObjective("rsa_informer", "ETTh1", 24, "quick", str(data_dir), tune_lr=True)
@@ -228,7 +228,7 @@ def test_tune_lr_writes_the_learning_rate_and_rsa_lr_factor_the_suite_then_train
 def test_set_overrides_reach_every_trial_and_the_written_best_profile(tmp_path, data_dir):
     from optuna.distributions import FloatDistribution, IntDistribution
 
-    from recurbench.suites.runner import load_profile
+    from recurbench.suites.registry import load_profile
     from recurbench.tuning.objectives import LTSFObjective, write_best_profile
 
     sets = ("training.epochs=1", "model.keep_positional=true")

@@ -1,10 +1,5 @@
 """Agents: recurrent PPO on stable-baselines3 with LSTM, MemLSTM and RelLSTM memory cores.
 
-``CORES`` maps each core's name (as used in suites and on the command line) to a description.
+The cores are registered in :data:`recurbench.agents.cores.CORES` (name -> description and builder),
+the PPO algorithm is :class:`recurbench.agents.ppo.MemoryPPO`.
 """
-
-CORES: dict[str, str] = {
-    "lstm": "LSTM baseline",
-    "memlstm": "MemLSTM: LSTM + additive attention over all past hidden states of the episode",
-    "rellstm": "RelLSTM: LSTM + relevancy-screened sparse attention (short-term buffer nu, relevant set rho)",
-}

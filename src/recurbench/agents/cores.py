@@ -31,10 +31,13 @@ for :class:`EpisodeMemLSTMCore` at most M and changing from step to step.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
 from torch import Tensor, nn
 
+from recurbench.errors import ConfigError
 from recurbench.kernels.memattn import memory_attention_step
 
 State = tuple[Tensor, ...]
@@ -207,24 +210,53 @@ def resize_slots(state: State, slots: int) -> State:
     return (*head, *memory)
 
 
-def make_core(
-    name: str,
-    input_size: int,
-    hidden_size: int,
-    *,
-    attention_size: int = 64,
-    nu: int = 5,
-    rho: int = 5,
-    memory_window: int = 256,
-) -> MemoryCore:
-    """Build a core by its registry name (``lstm``, ``memlstm``, ``rellstm``)."""
-    if name == "lstm":
-        return LSTMCore(input_size, hidden_size)
-    if name == "memlstm":
-        return AttentiveLSTMCore(input_size, hidden_size, nu=memory_window, rho=0, attention_size=attention_size)
-    if name == "rellstm":
-        return AttentiveLSTMCore(input_size, hidden_size, nu=nu, rho=rho, attention_size=attention_size)
-    from recurbench.agents import CORES
-    from recurbench.errors import ConfigError
+def _lstm(input_size: int, hidden_size: int, **_: int) -> MemoryCore:
+    return LSTMCore(input_size, hidden_size)
 
-    raise ConfigError(f"unknown memory core {name!r}; known: {', '.join(CORES)}")
+
+def _memlstm(input_size: int, hidden_size: int, *, attention_size: int = 64, memory_window: int = 256,
+             **_: int) -> MemoryCore:
+    return AttentiveLSTMCore(input_size, hidden_size, nu=memory_window, rho=0, attention_size=attention_size)
+
+
+def _episode_memlstm(input_size: int, hidden_size: int, *, attention_size: int = 64, memory_window: int = 256,
+                     **_: int) -> MemoryCore:
+    return EpisodeMemLSTMCore(input_size, hidden_size, max_window=memory_window, attention_size=attention_size)
+
+
+def _rellstm(input_size: int, hidden_size: int, *, attention_size: int = 64, nu: int = 5, rho: int = 5,
+             **_: int) -> MemoryCore:
+    return AttentiveLSTMCore(input_size, hidden_size, nu=nu, rho=rho, attention_size=attention_size)
+
+
+@dataclass(frozen=True)
+class CoreSpec:
+    """A memory core as suites and the command line name it."""
+
+    description: str
+    build: Callable[..., MemoryCore]
+    """``build(input_size, hidden_size, *, attention_size, nu, rho, memory_window)``: fixed state
+    shapes (what ``torch.compile`` and the memory tasks' fixed-length sequences want)."""
+    build_agent: Callable[..., MemoryCore] | None = None
+    """The agents' variant, where it differs (MemLSTM: a memory that grows with the episode)."""
+
+
+CORES: dict[str, CoreSpec] = {
+    "lstm": CoreSpec("LSTM baseline", _lstm),
+    "memlstm": CoreSpec("MemLSTM: LSTM + additive attention over all past hidden states of the episode",
+                        _memlstm, _episode_memlstm),
+    "rellstm": CoreSpec("RelLSTM: LSTM + relevancy-screened sparse attention (short-term buffer nu, relevant "
+                        "set rho)", _rellstm),
+}
+"""Every memory core by name (the agents and the memory tasks build theirs from here)."""
+
+
+def make_core(name: str, input_size: int, hidden_size: int, *, agent: bool = False, **settings: int) -> MemoryCore:
+    """Build core ``name`` (``lstm``, ``memlstm``, ``rellstm``) with ``settings`` (``attention_size``,
+    ``nu``, ``rho``, ``memory_window``; each core reads its own). ``agent``: the variant an agent runs
+    (:attr:`CoreSpec.build_agent`): episodes run from a few steps to thousands, and MemLSTM's window is
+    sized for the longest (``memory_window``), so its memory grows with the episode instead."""
+    if name not in CORES:
+        raise ConfigError(f"unknown memory core {name!r}; known: {', '.join(CORES)}")
+    spec = CORES[name]
+    return ((spec.build_agent if agent else None) or spec.build)(input_size, hidden_size, **settings)

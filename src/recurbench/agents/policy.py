@@ -22,7 +22,7 @@ from stable_baselines3.common.torch_layers import BaseFeaturesExtractor
 from stable_baselines3.common.type_aliases import Schedule
 from torch import Tensor, nn
 
-from recurbench.agents.cores import EpisodeMemLSTMCore, MemoryCore, State, make_core
+from recurbench.agents.cores import MemoryCore, State, make_core
 from recurbench.envs.minigrid import ObsLayout
 
 
@@ -90,17 +90,6 @@ class MlpFeatures(BaseFeaturesExtractor):
 FEATURES: dict[str, type[BaseFeaturesExtractor]] = {"minigrid": MiniGridFeatures, "mlp": MlpFeatures}
 
 
-def make_agent_core(name: str, input_size: int, hidden_size: int, **kwargs: Any) -> MemoryCore:
-    """The core an agent runs: :func:`~recurbench.agents.cores.make_core`'s, except that MemLSTM is
-    :class:`~recurbench.agents.cores.EpisodeMemLSTMCore` (same recurrence, a memory that grows with
-    the episode). Episodes run from a few steps to thousands, and the window is sized for the longest
-    (``memory_window``); the memory tasks' fixed-length sequences keep ``make_core``'s fixed window."""
-    if name == "memlstm":
-        return EpisodeMemLSTMCore(input_size, hidden_size, max_window=kwargs.get("memory_window", 256),
-                                  attention_size=kwargs.get("attention_size", 64))
-    return make_core(name, input_size, hidden_size, **kwargs)
-
-
 class RecurrentMemoryPolicy(BasePolicy):
     """Actor-critic over a :class:`MemoryCore` (discrete actions)."""
 
@@ -137,7 +126,7 @@ class RecurrentMemoryPolicy(BasePolicy):
         self.core_name, self.hidden_size, self.features = core, hidden_size, features
         self.features_dim, self.head_size, self.core_kwargs = features_dim, head_size, dict(core_kwargs or {})
         self.features_extractor = self.make_features_extractor()
-        self.core: MemoryCore = make_agent_core(core, features_dim, hidden_size, **self.core_kwargs)
+        self.core: MemoryCore = make_core(core, features_dim, hidden_size, agent=True, **self.core_kwargs)
         n_actions = int(action_space.n)
         self.actor = nn.Sequential(nn.Linear(hidden_size, head_size), nn.Tanh(), nn.Linear(head_size, n_actions))
         self.critic = nn.Sequential(nn.Linear(hidden_size, head_size), nn.Tanh(), nn.Linear(head_size, 1))

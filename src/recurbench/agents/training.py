@@ -10,6 +10,7 @@ from typing import Annotated, Literal
 import numpy as np
 from pydantic import Field
 from stable_baselines3.common.callbacks import BaseCallback
+from stable_baselines3.common.evaluation import evaluate_policy
 
 from recurbench.agents.ppo import MemoryPPO
 from recurbench.config import StrictModel
@@ -141,8 +142,6 @@ def evaluate(model: MemoryPPO, env_id: str, n_episodes: int, *, n_envs: int = 8,
     Memory is cleared at episode starts through the same ``MemoryCore.step`` as in training. The
     env shows the model what it was trained on: the mission when its observations have it.
     """
-    from stable_baselines3.common.evaluation import evaluate_policy
-
     tokens = int(np.prod(model.observation_space.shape)) - ObsLayout(mission_len=0).size
     env = make_vec_env(env_id, min(n_envs, n_episodes), seed, mission_len=tokens)
     try:

@@ -50,12 +50,13 @@ class WindowSpec:
     pred_len: int
 
     def __post_init__(self) -> None:
-        for key in ("seq_len", "label_len", "pred_len"):
+        for key, minimum, accepted in (
+            ("seq_len", 1, "a positive integer"), ("label_len", 0, "a non-negative integer"),
+            ("pred_len", 1, "a positive integer"),
+        ):
             value = getattr(self, key)
-            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-                raise DataError(f"{key} must be a non-negative integer, got {value!r}")
-        if self.seq_len < 1 or self.pred_len < 1:
-            raise DataError(f"seq_len and pred_len must be at least 1, got {self.seq_len} and {self.pred_len}")
+            if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
+                raise DataError(f"{key} must be {accepted}, got {value!r}")
         if self.label_len > self.seq_len:
             raise DataError(f"label_len ({self.label_len}) cannot exceed seq_len ({self.seq_len})")
 
@@ -125,6 +126,25 @@ def read_series(path: str | os.PathLike[str], target: str | None = None) -> Seri
     irregular timestamp, or an unknown target column. Checks run before anything is returned.
     """
     path = Path(path)
+    raw = _read_frame(path)
+    value_columns = [c for c in raw.columns if c != DATE_COLUMN]
+    if target is None:
+        target = value_columns[-1]
+    if target not in value_columns:
+        raise DataError(f"{path}: target column {target!r} not in the file's columns {value_columns}")
+    ordered = [c for c in value_columns if c != target] + [target]
+    values = np.empty((len(raw), len(ordered)), dtype=np.float64)
+    for j, column in enumerate(ordered):
+        values[:, j] = _numeric_column(path, raw[column], column)
+    dates = _dates(path, raw[DATE_COLUMN])
+    step = _time_step(path, dates, raw[DATE_COLUMN])
+    return Series(
+        source=path, dates=dates, values=values, columns=tuple(ordered), target=target, step=step
+    )
+
+
+def _read_frame(path: Path) -> pd.DataFrame:
+    """The file's cells as text, with a ``date`` column, a value column and a data row at least."""
     if not path.is_file():
         raise DataError(f"{path}: no such file")
     _check_row_lengths(path)
@@ -138,37 +158,33 @@ def read_series(path: str | os.PathLike[str], target: str | None = None) -> Seri
         raise DataError(
             f"{path}: no '{DATE_COLUMN}' column; the header has {', '.join(map(repr, raw.columns))}"
         )
-    value_columns = [c for c in raw.columns if c != DATE_COLUMN]
-    if not value_columns:
+    if not [c for c in raw.columns if c != DATE_COLUMN]:
         raise DataError(f"{path}: no value columns besides '{DATE_COLUMN}'")
     if len(raw) == 0:
         raise DataError(f"{path}: no data rows under the header")
+    return raw
 
-    if target is None:
-        target = value_columns[-1]
-    if target not in value_columns:
-        raise DataError(f"{path}: target column {target!r} not in the file's columns {value_columns}")
-    ordered = [c for c in value_columns if c != target] + [target]
 
-    values = np.empty((len(raw), len(ordered)), dtype=np.float64)
-    for j, column in enumerate(ordered):
-        cells = raw[column]
-        stripped = cells.str.strip()
-        empty = stripped == ""
-        if empty.any():
-            i = int(np.flatnonzero(empty.to_numpy())[0])
-            raise DataError(f"{_where(path, i, column)}: empty cell")
-        numeric = pd.to_numeric(stripped, errors="coerce").to_numpy(dtype=np.float64)
-        bad = ~np.isfinite(numeric)
-        if bad.any():
-            i = int(np.flatnonzero(bad)[0])
-            kind = "NaN" if stripped.iloc[i].lower() in {"nan", "na", "n/a", "null", "none"} else (
-                "non-finite value" if np.isinf(numeric[i]) else "non-numeric value"
-            )
-            raise DataError(f"{_where(path, i, column)}: {kind} {cells.iloc[i]!r}")
-        values[:, j] = numeric
+def _numeric_column(path: Path, cells: pd.Series, column: str) -> np.ndarray:
+    """One value column as floats: an empty, non-numeric or non-finite cell is refused by line."""
+    stripped = cells.str.strip()
+    empty = stripped == ""
+    if empty.any():
+        i = int(np.flatnonzero(empty.to_numpy())[0])
+        raise DataError(f"{_where(path, i, column)}: empty cell")
+    numeric = pd.to_numeric(stripped, errors="coerce").to_numpy(dtype=np.float64)
+    bad = ~np.isfinite(numeric)
+    if bad.any():
+        i = int(np.flatnonzero(bad)[0])
+        kind = "NaN" if stripped.iloc[i].lower() in {"nan", "na", "n/a", "null", "none"} else (
+            "non-finite value" if np.isinf(numeric[i]) else "non-numeric value"
+        )
+        raise DataError(f"{_where(path, i, column)}: {kind} {cells.iloc[i]!r}")
+    return numeric
 
-    date_cells = raw[DATE_COLUMN]
+
+def _dates(path: Path, date_cells: pd.Series) -> pd.DatetimeIndex:
+    """The ``date`` column parsed: an empty or unparseable date is refused by line."""
     if date_cells.isna().any() or (date_cells.str.strip() == "").any():
         i = int(np.flatnonzero((date_cells.isna() | (date_cells.fillna("").str.strip() == "")).to_numpy())[0])
         raise DataError(f"{_where(path, i, DATE_COLUMN)}: empty date")
@@ -183,6 +199,12 @@ def read_series(path: str | os.PathLike[str], target: str | None = None) -> Seri
     dates = pd.DatetimeIndex(dates)
     if len(dates) < 2:
         raise DataError(f"{path}: need at least two rows to find the time step, found {len(dates)}")
+    return dates
+
+
+def _time_step(path: Path, dates: pd.DatetimeIndex, date_cells: pd.Series) -> pd.Timedelta:
+    """The series' step (the most common one): a duplicated, backwards or irregular timestamp is
+    refused by line."""
     diffs = dates[1:] - dates[:-1]
     zero = np.flatnonzero(diffs == pd.Timedelta(0))
     if len(zero):
@@ -206,9 +228,7 @@ def read_series(path: str | os.PathLike[str], target: str | None = None) -> Seri
             f"{_where(path, i, DATE_COLUMN)}: irregular timestamp {date_cells.iloc[i]!r}: "
             f"{diffs[i - 1]} after the previous row, expected the series' step of {step}"
         )
-    return Series(
-        source=path, dates=dates, values=values, columns=tuple(ordered), target=target, step=step
-    )
+    return step
 
 
 def split_borders(n_rows: int, split: SplitKind, seq_len: int) -> dict[str, tuple[int, int]]:

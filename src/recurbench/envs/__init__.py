@@ -52,7 +52,7 @@ def parse_pair(text: str, where: str = "--pair") -> EnvPair:
 
 def registered_env_ids() -> set[str]:
     """MiniGrid ids known to gymnasium in this installation."""
-    import gymnasium
-    import minigrid  # noqa: F401  (registers the MiniGrid ids)
+    import gymnasium  # noqa: PLC0415 - gymnasium and minigrid: about a second to import, only to list the registry
+    import minigrid  # noqa: F401, PLC0415 - gymnasium and minigrid: about a second to import, only to list the registry; registers the MiniGrid ids
 
     return {env_id for env_id in gymnasium.registry if env_id.startswith("MiniGrid-")}

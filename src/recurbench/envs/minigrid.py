@@ -22,8 +22,10 @@ import re
 from dataclasses import dataclass
 
 import gymnasium as gym
+import minigrid  # noqa: F401  (registers the MiniGrid and BabyAI ids)
 import numpy as np
 from gymnasium import spaces
+from stable_baselines3.common.env_util import make_vec_env as sb3_make_vec_env
 
 from recurbench.errors import ConfigError
 
@@ -108,8 +110,6 @@ class MissionObservation(gym.ObservationWrapper):
 def check_env_id(env_id: str) -> None:
     """A clear error for an id gymnasium's registry lacks (with minigrid's ids registered), naming
     the closest registered ids."""
-    import minigrid  # noqa: F401  (registers the MiniGrid and BabyAI ids)
-
     if env_id not in gym.registry:
         close = difflib.get_close_matches(env_id, list(gym.registry), n=5, cutoff=0.6)
         hint = f"; similar ids: {', '.join(close)}" if close else ""
@@ -140,8 +140,6 @@ def check_env(env_id: str, *, mission_len: int = 12) -> None:
 
 def make_vec_env(env_id: str, n_envs: int, seed: int, *, mission_len: int = 12, max_steps: int | None = None):
     """``n_envs`` copies in SB3's ``DummyVecEnv`` with ``Monitor`` (episode rewards), seeded ``seed + i``."""
-    from stable_baselines3.common.env_util import make_vec_env as sb3_make_vec_env
-
     check_env_id(env_id)
     return sb3_make_vec_env(
         lambda: make_env(env_id, mission_len=mission_len, max_steps=max_steps), n_envs=n_envs, seed=seed

@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import math
 import numbers
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from recurbench.errors import ConfigError
+from recurbench.forecasters.layers.rsa import REMHeadConfig, RSAMixer
 
 PROB_ROWS = ("all", "active")
 """Values of :attr:`RSASpec.prob_rows`."""
@@ -40,39 +42,44 @@ class RSASpec:
     Informer2020's ``ProbAttention._update_context`` builds for the active queries gives. Other
     attentions (full, cross, LogSparse, XL) mix every row either way."""
 
-    def head_config(self) -> Any:
-        """The kernels issue's ``REMHeadConfig`` (its own validation runs here)."""
-        from recurbench.forecasters.layers.rsa import REMHeadConfig
-
+    def head_config(self) -> REMHeadConfig:
+        """The RSA layer's ``REMHeadConfig`` (its own validation runs here)."""
         return REMHeadConfig(k=tuple(self.k), dilations=tuple(self.dilations))
 
-    def check(self, n_heads: int, where: str = "rsa") -> None:
-        """Clear errors for a head layout that cannot work, before any model is built."""
+    def first_problem(self, n_heads: int) -> tuple[str, str] | None:
+        """The first thing wrong with this layout for a model of ``n_heads`` heads, as ``(field, message)``
+        (``field`` one of ``k``, ``dilations``, ``gate_init``, ``prob_rows``), or None when it can work.
+        :meth:`check` raises it; a caller that knows the field under another name (an estimator's
+        ``rem_heads``, a key path in a suite file) reports it under that name."""
         if self.prob_rows not in PROB_ROWS:
-            raise ConfigError(f"{where}.prob_rows: must be one of {', '.join(PROB_ROWS)}, got {self.prob_rows!r}")
+            return "prob_rows", f"must be one of {', '.join(PROB_ROWS)}, got {self.prob_rows!r}"
         if isinstance(self.gate_init, bool) or not isinstance(self.gate_init, (int, float)) or not math.isfinite(self.gate_init):
-            raise ConfigError(f"{where}.gate_init: must be a finite number, got {self.gate_init!r}")
+            return "gate_init", f"must be a finite number, got {self.gate_init!r}"
         if len(self.k) != 6 or any(not isinstance(x, int) or x < 0 for x in self.k):
-            raise ConfigError(f"{where}.k: need six non-negative head counts (k1..k6), got {list(self.k)}")
+            return "k", f"need six non-negative head counts (k1..k6), got {list(self.k)}"
         if sum(self.k) != n_heads:
-            raise ConfigError(
-                f"{where}.k: the head counts {list(self.k)} sum to {sum(self.k)}, but the model has "
-                f"{n_heads} heads"
-            )
+            return "k", f"the head counts {list(self.k)} sum to {sum(self.k)}, but the model has {n_heads} heads"
         n_dilated = sum(self.k[3:])
         if len(self.dilations) != n_dilated:
-            raise ConfigError(
-                f"{where}.dilations: {n_dilated} dilated heads (k4+k5+k6) need {n_dilated} dilation "
-                f"factors, got {len(self.dilations)}: {list(self.dilations)}"
+            return "dilations", (
+                f"{n_dilated} dilated heads (k4+k5+k6) need {n_dilated} dilation factors, got "
+                f"{len(self.dilations)}: {list(self.dilations)}"
             )
         if any(not isinstance(d, int) or d < 1 for d in self.dilations):
-            raise ConfigError(f"{where}.dilations: factors must be positive integers, got {list(self.dilations)}")
+            return "dilations", f"factors must be positive integers, got {list(self.dilations)}"
         try:
-            self.head_config()
-        except ImportError:  # the RSA layer is not installed: our own checks above stand
-            pass
+            self.head_config()  # the layer's own rules (cyclical heads in cos/sin pairs)
         except (ConfigError, ValueError, TypeError) as exc:
-            raise ConfigError(f"{where}: invalid REM head configuration: {exc}") from None
+            return "k", str(exc)
+        return None
+
+    def check(self, n_heads: int, where: str = "rsa", names: Mapping[str, str] | None = None) -> None:
+        """Raise a :class:`ConfigError` for a head layout that cannot work, before any model is built,
+        naming the field ``<where>.<field>``, or ``names[field]`` where given."""
+        if (problem := self.first_problem(n_heads)) is not None:
+            field_name, message = problem
+            key = (names or {}).get(field_name, f"{where}.{field_name}")
+            raise ConfigError(f"{key}: {message}")
 
 
 _MINIMUMS = {
@@ -124,7 +131,9 @@ class ForecasterConfig:
     def with_(self, **changes: Any) -> ForecasterConfig:
         return replace(self, **changes)
 
-    def check(self) -> None:
+    def check(self, rsa_names: Mapping[str, str] | None = None) -> None:
+        """Raise a :class:`ConfigError` naming the first field that cannot work; an RSA field is named
+        ``rsa.<field>``, or ``rsa_names[field]`` where given (see :meth:`RSASpec.check`)."""
         for key, minimum in _MINIMUMS.items():
             value = getattr(self, key)
             if value is None:
@@ -140,7 +149,7 @@ class ForecasterConfig:
         if self.attention not in ("prob", "full"):
             raise ConfigError(f"attention must be 'prob' or 'full', got {self.attention!r}")
         if self.rsa is not None:
-            self.rsa.check(self.n_heads)
+            self.rsa.check(self.n_heads, names=rsa_names)
             if self.distil:
                 raise ConfigError(
                     "rsa with distil: distilling halves the encoder length between layers and so breaks "
@@ -148,10 +157,8 @@ class ForecasterConfig:
                 )
 
 
-def make_mixer(spec: RSASpec | None, n_heads: int, *, masked: bool) -> Any:
+def make_mixer(spec: RSASpec | None, n_heads: int, *, masked: bool) -> RSAMixer | None:
     """An ``RSAMixer`` for one attention, or None for the baseline."""
     if spec is None:
         return None
-    from recurbench.forecasters.layers.rsa import RSAMixer
-
     return RSAMixer(n_heads, spec.head_config(), masked=masked, gate_init=spec.gate_init)

@@ -10,7 +10,8 @@ What is compiled is what the launch code would launch. Each kernel module builds
 one function that both its op and this module call (``rem.triton.training_launches``,
 ``memattn.triton.step_launches``), here on ``meta`` tensors of the shapes a workload uses, and the
 arguments are specialised exactly as Triton's JIT does on a launch (its own binder: constexprs,
-integers equal to 1, 16-divisible integers and 16-byte-aligned pointers). Workloads (:func:`workloads`):
+integers equal to 1, 16-divisible integers and 16-byte-aligned pointers). The workloads
+(:func:`recurbench.bench.kernels.workloads`, the callers choose them):
 
 * the REM operator (forward, ``P' dY`` and the parameter gradients) for every REM kind and dilation
   mode, masked and unmasked, non-square, truncated, fp32 (IEEE and TF32 products) and fp64, and an
@@ -42,20 +43,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import torch
+
 from recurbench.errors import RecurbenchError
-
-
-@dataclass(frozen=True)
-class KernelLaunch:
-    """One launch as the launch code makes it: ``kernel[grid](*args, **meta)``."""
-
-    kernel: Any
-    """The ``@triton.jit`` function."""
-    grid: tuple[int, ...]
-    args: tuple[Any, ...]
-    """Runtime arguments in the kernel's order (tensors and integers)."""
-    meta: dict[str, Any]
-    """Compile-time parameters (``tl.constexpr``) and launch options (``num_warps``)."""
+from recurbench.kernels.launch import KernelLaunch
+from recurbench.kernels.rem import range_span
+from recurbench.kernels.rem.heads import make_layout
 
 
 class KernelCompileUnavailable(RecurbenchError):
@@ -132,10 +125,7 @@ class RemWorkload:
         return self.chunk is None
 
     def launches(self) -> list[KernelLaunch]:
-        import torch
-
-        from recurbench.kernels.rem.heads import make_layout
-        from recurbench.kernels.rem.triton import training_launches
+        from recurbench.kernels.rem.triton import training_launches  # noqa: PLC0415 - triton is optional (the gpu extra)
 
         layout = make_layout(list(self.kinds), list(self.dilations), len(self.kinds))
         x = torch.empty(self.batch, self.seq_len, len(self.kinds), self.head_dim, dtype=getattr(torch, self.dtype),
@@ -158,7 +148,7 @@ class MemattnWorkload:
     default = True
 
     def launches(self) -> list[KernelLaunch]:
-        from recurbench.kernels.memattn.triton import step_launches
+        from recurbench.kernels.memattn.triton import step_launches  # noqa: PLC0415 - triton is optional (the gpu extra)
 
         return step_launches(self.batch, self.slots, self.attention_size, self.hidden_size, self.nu)
 
@@ -167,120 +157,10 @@ Workload = RemWorkload | MemattnWorkload
 
 def rem_span(n_keys: int, query_positions: range | None = None) -> int:
     """T of the square computation :func:`recurbench.kernels.rem.rem_apply` pads non-square queries to."""
-    from recurbench.kernels.rem import _range_span
-
     if query_positions is None:
         return n_keys
-    lo, hi = _range_span(query_positions, n_keys)
+    lo, hi = range_span(query_positions, n_keys)
     return hi - lo
-
-
-def head_layout(k: Sequence[int], dilations: Sequence[int]) -> tuple[tuple[str, ...], tuple[int, ...]]:
-    """(kinds, dilations) per head from Table 5's counts k1..k6 and the dilated heads' factors."""
-    from recurbench.forecasters.layers.rsa import REMHeadConfig
-
-    cfg = REMHeadConfig(k=tuple(k), dilations=tuple(dilations), allow_unpaired=True)
-    return cfg.head_kinds(), cfg.head_dilations()
-
-
-def kernel_workloads() -> list[RemWorkload]:
-    """The operator's own cases: kinds, dilation modes, masks, non-square, truncation, dtypes, chunk."""
-    T, D = 1000, 64
-    modes = {"undilated": (1, 1, 1, 1), "dilated 1-24": (1, 2, 3, 24), "dilated 2-24": (2, 3, 24, 5)}
-    out = [
-        RemWorkload(f"rem {kind} {mode} {'masked' if masked else 'unmasked'}", T, (kind,) * 4, dils, D, masked)
-        for kind in ("regular", "cos", "sin") for mode, dils in modes.items() for masked in (True, False)
-    ]
-    mixed = (("regular", "cos", "sin", "sin"), (1, 2, 3, 24))
-    out += [
-        RemWorkload("rem non-square, queries 50..259 over 200 keys", rem_span(200, range(50, 260)), *mixed, D, True),
-        RemWorkload("rem truncated K=200 masked", T, *mixed, D, True, truncate=200),
-        RemWorkload("rem truncated K=200 unmasked", T, *mixed, D, False, truncate=200),
-        # fp64, TF32 and the explicit chunk with one mask each, to keep the compile count down.
-        RemWorkload("rem fp64 unmasked", T, *mixed, D, False, dtype="float64"),
-        RemWorkload("rem fp32 tf32 masked", T, *mixed, D, True, tf32=True),
-        RemWorkload("rem chunk_size=64 masked", T, *mixed, D, True, chunk=64),
-        RemWorkload("rem short T=12", 12, *mixed, D, True),
-    ]
-    return out
-
-
-def ltsf_workloads(profiles: Sequence[str] = ("paper", "quick")) -> list[RemWorkload]:
-    """Every REM attention of the RSA forecasters at every cell of the shipped LTSF profiles
-    (``suites/ltsf.yaml``: windows, Table 5's head layouts, d_model and heads, batch size)."""
-    from importlib import resources
-
-    from recurbench.config import read_yaml
-
-    # The suite's own file, read as data (importing recurbench.suites would load the whole runner).
-    raw = read_yaml(str(resources.files("recurbench").joinpath("suites", "ltsf.yaml")))["profiles"]
-    out: list[RemWorkload] = []
-    for profile in profiles:
-        p = raw[profile]
-        D, batch = p["model"]["d_model"] // p["model"]["n_heads"], p["training"]["batch_size"]
-        for dataset in p["datasets"]:
-            for horizon in p["horizons"][dataset]:
-                w = p["windows"][dataset][horizon]
-                for model, heads in p["rem_heads"][dataset][horizon].items():
-                    if model in p["models"]:
-                        layout = head_layout(heads["k"], heads.get("dilations", []))
-                        out += [
-                            RemWorkload(f"ltsf {profile} {dataset}-{horizon} {model} {where}", T, *layout, D, masked,
-                                        batch=batch)
-                            for where, T, masked in _ltsf_attentions(model, w["seq_len"], w["label_len"], horizon)
-                        ]
-    return out
-
-
-def _ltsf_attentions(model: str, seq_len: int, label_len: int, pred_len: int) -> list[tuple[str, int, bool]]:
-    """(where, square span T, masked) of each distinct REM call of one forecaster (``forecasters/models``).
-
-    RSA-Informer: encoder self-attention (unmasked, ``seq_len`` keys; the ProbSparse rows lie among
-    them), decoder self-attention (masked, ``label_len + pred_len``), cross-attention (unmasked, the
-    decoder's positions ``seq_len - label_len ...`` over the encoder's keys). RSA-LogSparse: its causal
-    stack over the input and the horizon. RSA-Transformer-XL: each segment of ``pred_len`` over the
-    previous segment as memory (masked); XL mixes REMs into its attention weights unless its mixer is
-    given ``impl="triton"``, so only then do these launch the kernels."""
-    if model == "rsa_informer":
-        cross = rem_span(seq_len, range(seq_len - label_len, seq_len + pred_len))
-        return [("encoder", seq_len, False), ("decoder", label_len + pred_len, True), ("cross", cross, False)]
-    if model == "rsa_logsparse":
-        return [("stack", seq_len + pred_len, True)]
-    if model == "rsa_xl":
-        from recurbench.forecasters.models.transformer_xl import segment_bounds
-
-        spans, memory = [], 0
-        for start, end in segment_bounds(seq_len + pred_len, pred_len):
-            spans.append(rem_span(memory + end - start, range(memory, memory + end - start)))
-            memory = end - start
-        return [(f"segment over memory, T={T} (impl=triton)", T, True) for T in dict.fromkeys(spans)]
-    raise ValueError(f"no REM attentions known for model {model!r}")
-
-
-def language_workloads() -> list[RemWorkload]:
-    """A regular-language model (RSA paper Sec. 4.2): 5 heads of 4 (embedding 20), masked REMs, strings
-    of 2-200 symbols; head settings I-IV of Table 2 (dilation 2 where dilated)."""
-    settings = {"I": ([5, 0, 0, 0, 0, 0], []), "II": ([3, 0, 0, 2, 0, 0], [2, 2]),
-                "III": ([3, 1, 1, 0, 0, 0], []), "IV": ([3, 0, 0, 0, 1, 1], [2, 2])}
-    return [
-        RemWorkload(f"languages RSA-{name} T={T}", T, *head_layout(k, dil), 4, True)
-        for name, (k, dil) in settings.items() for T in (16, 50, 200)
-    ]
-
-
-def memattn_workloads() -> list[MemattnWorkload]:
-    """The memory-attention step at the minigrid suite's sizes (16 environments, attention width 32):
-    RelLSTM's 5 + 5 slots and MemLSTM windows of 100 to 2000 steps, hidden sizes 64 and 128."""
-    out = []
-    for H in (64, 128):
-        out.append(MemattnWorkload(f"memattn RelLSTM nu=5 rho=5 H={H}", 10, 5, 32, H))
-        out += [MemattnWorkload(f"memattn MemLSTM window={S} H={H}", S, S, 32, H) for S in (100, 500, 1000, 2000)]
-    return out
-
-
-def workloads() -> list[Workload]:
-    """Everything :func:`kernel_resources` compiles."""
-    return [*kernel_workloads(), *ltsf_workloads(), *language_workloads(), *memattn_workloads()]
 
 
 # ------------------------------------------------------------------------------------------ compile
@@ -332,10 +212,10 @@ _BINDERS: dict[tuple[Any, int], tuple[Any, Any, Callable[..., Any]]] = {}
 
 def cuobjdump_path() -> str:
     """The cuobjdump Triton bundles (or ``$TRITON_CUOBJDUMP_PATH``)."""
-    import triton
+    import triton  # noqa: PLC0415 - triton is optional (the gpu extra)
 
     try:
-        from triton import knobs
+        from triton import knobs  # noqa: PLC0415 - triton is optional (the gpu extra)
 
         return knobs.nvidia.cuobjdump.path
     except (ImportError, AttributeError):  # triton before knobs
@@ -347,8 +227,8 @@ def check_available() -> None:
     if os.environ.get("TRITON_INTERPRET") == "1":
         raise KernelCompileUnavailable("TRITON_INTERPRET=1: the kernels are interpreter objects, not compilable")
     try:
-        import triton
-        from triton.runtime.jit import JITFunction, create_function_from_signature  # noqa: F401
+        import triton  # noqa: PLC0415 - triton is optional (the gpu extra)
+        from triton.runtime.jit import JITFunction, create_function_from_signature  # noqa: F401, PLC0415 - triton is optional (the gpu extra)
     except ImportError as exc:
         raise KernelCompileUnavailable(f"triton is needed to compile the kernels ({exc})") from None
     if not hasattr(JITFunction, "_pack_args"):
@@ -361,9 +241,9 @@ def check_available() -> None:
 def _specialise(launch: KernelLaunch, arch: int) -> tuple[Any, Any, Any, dict[str, Any]]:
     """(target, source, options, names) for ``launch`` as Triton's JIT specialises it on a launch
     (``JITFunction.run``: its binder, then ``_pack_args``)."""
-    from triton.backends.compiler import GPUTarget
-    from triton.compiler import ASTSource, make_backend
-    from triton.runtime.jit import create_function_from_signature
+    from triton.backends.compiler import GPUTarget  # noqa: PLC0415 - triton is optional (the gpu extra)
+    from triton.compiler import ASTSource, make_backend  # noqa: PLC0415 - triton is optional (the gpu extra)
+    from triton.runtime.jit import create_function_from_signature  # noqa: PLC0415 - triton is optional (the gpu extra)
 
     kernel = launch.kernel
     if (kernel, arch) not in _BINDERS:
@@ -408,7 +288,7 @@ def _resource_usage(cubin: bytes) -> tuple[int, int, int]:
 
 
 def _compile(target: Any, src: Any, options: Any) -> _Compiled:
-    import triton
+    import triton  # noqa: PLC0415 - triton is optional (the gpu extra)
 
     try:
         compiled = triton.compile(src, target=target, options=options.__dict__)
@@ -420,10 +300,11 @@ def _compile(target: Any, src: Any, options: Any) -> _Compiled:
 
 def kernel_resources(
     archs: Sequence[int] = (80, 90),
-    chosen: Sequence[Workload] | None = None,
+    chosen: Sequence[Workload] = (),
     progress: Callable[[int, int], None] | None = None,
 ) -> list[KernelResources]:
-    """Compile every specialisation the workloads launch (default: :func:`workloads`) for each
+    """Compile every specialisation the ``chosen`` workloads launch (the suites' own:
+    :func:`recurbench.bench.kernels.workloads`) for each
     architecture and read its resources; one row per (kernel, specialisation, architecture), kernels
     and architectures in order. ``progress(done, total)`` is called after each compile."""
     check_available()
@@ -431,7 +312,7 @@ def kernel_resources(
     if unknown:
         raise RecurbenchError(f"unknown architecture {unknown[0]}; known: {', '.join(map(str, ARCHS))}")
     groups: dict[tuple[int, str], dict[str, Any]] = {}
-    for workload in workloads() if chosen is None else chosen:
+    for workload in chosen:
         for launch in workload.launches():
             for arch in archs:
                 target, src, options, spec = _specialise(launch, arch)

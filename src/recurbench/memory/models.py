@@ -33,8 +33,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from recurbench.agents import CORES
-from recurbench.agents.cores import LSTMCore, MemoryCore, State, make_core
+from recurbench.agents.cores import CORES, LSTMCore, MemoryCore, State, make_core
 from recurbench.errors import ConfigError
 
 
@@ -45,7 +44,7 @@ class SequenceModelConfig:
     Parameters
     ----------
     core : str
-        A memory core of :data:`recurbench.agents.CORES`: ``lstm``, ``memlstm`` or ``rellstm``.
+        A memory core of :data:`recurbench.agents.cores.CORES`: ``lstm``, ``memlstm`` or ``rellstm``.
     hidden_size : int
         Width ``H`` of the LSTM (128 in the reference code).
     attention_size : int

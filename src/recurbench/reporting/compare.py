@@ -1,6 +1,7 @@
 """Comparison of tracked runs, aggregated over seeds, beside the papers' published figures.
 
-``compare(suite)`` returns a :class:`Comparison` of plain DataFrames; :mod:`.render` turns it into a
+``compare_runs(runs)`` (and :func:`recurbench.reporting.by_suite.compare` for a suite by name) returns
+a :class:`Comparison` of plain DataFrames; :mod:`.render` turns it into a
 terminal table, Markdown, CSV or LaTeX. Conventions:
 
 * only FINISHED runs are aggregated (see :mod:`.runs` for which runs count); the others are listed in
@@ -11,19 +12,23 @@ terminal table, Markdown, CSV or LaTeX. Conventions:
 * LTSF win counts "RSA vs its baseline" count the (dataset, horizon, metric) cells where the RSA
   model's mean is **lower than or equal to** the baseline's. Ties count as wins because that is how
   the paper's own counts come out: its 24/32 for XL includes ETTm1-288 MAE, 0.795 vs 0.795 (23 strict).
+* runs not at the paper's settings (another profile, a ``--set``; see :mod:`recurbench.suites.paper_settings`)
+  are not comparable with the paper's figures: ``Comparison.paper_caveat`` says why, the tables say so
+  beside the paper's values, and the paper's win counts are left out (ours alone are shown).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import pandas as pd
 
 from recurbench.config import check_unique
 from recurbench.errors import ConfigError, RecurbenchError
-from recurbench.reporting.reference import (
+from recurbench.records import RunRecord
+from recurbench.reference import (
     KERG_TABLE4_CAVEAT,
     LTSF_DATASET_ORDER,
     LTSF_MODEL_ORDER,
@@ -32,8 +37,10 @@ from recurbench.reporting.reference import (
     ltsf_reference,
     minigrid_reference,
 )
-from recurbench.reporting.runs import RunRecord, SuiteRuns, load_runs
+from recurbench.reporting.runs import SuiteRuns
 from recurbench.reporting.stats import MIN_SEEDS_FOR_IQM, iqm_ci, summarise
+from recurbench.suites.paper_settings import not_comparable, paper_differences
+from recurbench.suites.registry import SUITES
 
 REFERENCES = ("paper", "none")
 
@@ -85,6 +92,10 @@ class Comparison:
     aggregate: pd.DataFrame | None = None
     """MiniGrid: per agent, IQM over all env pairs' runs with a stratified bootstrap 95% interval."""
     notes: list[str] = field(default_factory=list)
+    paper_caveat: str | None = None
+    """Why the paper's figures are not comparable with these runs (their profile, the settings that
+    differ from the paper profile's); None when the runs are at the paper's settings, or no paper
+    values are shown."""
 
     @property
     def unresolved(self) -> pd.DataFrame:
@@ -103,32 +114,14 @@ def layout(suite: str) -> SuiteLayout:
     return LAYOUTS[suite]
 
 
-def compare(
-    suite: str,
-    *,
-    tracking_uri: str | None = None,
-    experiment: str | None = None,
-    reference: str = "paper",
-    by: Sequence[str] | None = None,
-    profile: str | None = None,
-    settings: str = "shipped",
-) -> Comparison:
-    """Read the suite's runs from MLflow and compare them (see the module docstring); ``settings``
-    picks each configuration's settings (:func:`recurbench.reporting.runs.load_runs`)."""
-    spec = layout(suite)
-    if by:
-        check_unique(list(by), "key", "--by")  # before the store is read
-    if reference not in REFERENCES:
-        raise ConfigError(f"unknown reference {reference!r}; choose one of: {', '.join(REFERENCES)}")
-    # --by keys join the configuration, so that grouping by a param (a variant) also keeps its runs.
-    config_keys = tuple(dict.fromkeys([*spec.config_keys, *(by or ())]))
-    runs = load_runs(
-        suite, config_keys, tracking_uri=tracking_uri, experiment=experiment, profile=profile, settings=settings
-    )
-    return compare_runs(runs, reference=reference, by=by)
+#: A suite's part of a comparison in its default layout: the paper's cells, win counts, ratios.
+Completion = Callable[["Comparison", str, pd.DataFrame], None]
 
 
-def compare_runs(runs: SuiteRuns, *, reference: str = "paper", by: Sequence[str] | None = None) -> Comparison:
+def compare_runs(runs: SuiteRuns, *, reference: str = "paper", by: Sequence[str] | None = None,
+                 complete: Completion | None = None) -> Comparison:
+    """Aggregate ``runs`` over seeds (the module docstring's conventions); in the default layout,
+    ``complete`` adds the suite's own part (:mod:`recurbench.reporting.by_suite` picks it)."""
     spec = layout(runs.suite)
     if by:
         check_unique(list(by), "key", "--by")
@@ -169,18 +162,11 @@ def compare_runs(runs: SuiteRuns, *, reference: str = "paper", by: Sequence[str]
     )
     if not default and reference == "paper":
         notes.append("the paper's values are shown only in the default layout (without --by)")
-    if default and runs.suite == "ltsf":
-        _ltsf_complete(comparison, reference)
-    elif default and runs.suite == "minigrid":
-        _minigrid_complete(comparison, reference, frame)
-    elif default and runs.suite == "langs":
-        from recurbench.reporting.langs import langs_complete
-
-        langs_complete(comparison, reference)
-    elif default and runs.suite == "memory":
-        from recurbench.reporting.memory import memory_complete
-
-        memory_complete(comparison, reference)
+    if comparison.reference == "paper":
+        differences = paper_differences(SUITES[runs.suite](), ((r.tags, r.params) for r in runs.finished))
+        comparison.paper_caveat = not_comparable(differences, runs.profile)
+    if default and complete is not None:
+        complete(comparison, reference, frame)
     return comparison
 
 
@@ -238,7 +224,7 @@ def _complete_grid(cells: pd.DataFrame, index: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
-def _ltsf_complete(comp: Comparison, reference: str) -> None:
+def ltsf_complete(comp: Comparison, reference: str, frame: pd.DataFrame | None = None) -> None:
     ours = comp.cells
     settings = ours[["dataset", "horizon"]].drop_duplicates()
     models = [m for m in LTSF_MODEL_ORDER] + sorted(set(ours["model"]) - set(LTSF_MODEL_ORDER))
@@ -258,7 +244,10 @@ def _ltsf_complete(comp: Comparison, reference: str) -> None:
         _k=cells["metric"].map({"mse": 0, "mae": 1}),
     )
     comp.cells = cells.sort_values(["_d", "dataset", "horizon", "_k", "_m"]).drop(columns=["_d", "_m", "_k"]).reset_index(drop=True)
-    comp.wins = ltsf_wins(comp.cells[["dataset", "horizon", "model", "metric", "mean"]], paper if reference == "paper" else None)
+    # The paper's counts beside ours only where ours were made at its settings: a quick profile's
+    # RSA-vs-baseline wins say nothing about the paper's 28/32.
+    comparable = reference == "paper" and comp.paper_caveat is None
+    comp.wins = ltsf_wins(comp.cells[["dataset", "horizon", "model", "metric", "mean"]], paper if comparable else None)
 
 
 def _pair(wide: pd.DataFrame, base: str, rsa: str) -> pd.DataFrame:
@@ -296,7 +285,7 @@ def ltsf_wins(ours: pd.DataFrame, paper: pd.DataFrame | None) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def _minigrid_complete(comp: Comparison, reference: str, frame: pd.DataFrame) -> None:
+def minigrid_complete(comp: Comparison, reference: str, frame: pd.DataFrame) -> None:
     ours = minigrid_ratio_of_means(comp.cells, frame)
     if zero := [f"{r.env}/{r.agent}" for r in ours.itertuples() if r.metric == "generalisation_ratio" and r.n
                 and math.isnan(r.mean)]:

@@ -7,17 +7,22 @@ backend, nothing left open between calls.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
+from matplotlib.ticker import MaxNLocator
 
-from recurbench.reporting.reference import LTSF_MODEL_ORDER, MINIGRID_AGENT_ORDER, RSA_PAIRS
+from recurbench.plots import panel_grid
+from recurbench.reference import LTSF_MODEL_ORDER, MINIGRID_AGENT_ORDER, RSA_PAIRS
 from recurbench.reporting.rem import RemHead, rem_matrix
 
 MAX_PANELS = 16
+GATE_PANELS_PER_ROW = 3
 _AGENT_COLOURS = {agent: f"C{i}" for i, agent in enumerate(MINIGRID_AGENT_ORDER)}
 
 
@@ -30,14 +35,31 @@ def _model_style(model: str) -> dict[str, Any]:
     return {"color": f"C{len(families) + hash(model) % 5}", "linestyle": ":"}
 
 
-def _grid(n: int, *, width: float = 4.0, height: float = 3.0, max_cols: int = 4) -> tuple[Figure, list[Any]]:
-    cols = min(n, max_cols)
-    rows = math.ceil(n / cols)
-    fig = Figure(figsize=(width * cols, height * rows), layout="constrained")
-    axes = fig.subplots(rows, cols, squeeze=False).ravel().tolist()
-    for ax in axes[n:]:
-        ax.set_visible(False)
-    return fig, axes[:n]
+def _legend_outside(fig: Figure, axes: Sequence[Any], *extra: Line2D) -> None:
+    """One legend for every panel, right of the grid: inside a panel it covers data (the stars and
+    dots drawn after the last step sit at the right edge, where matplotlib's "best" spot often is)."""
+    handles: dict[str, Any] = {}
+    for ax in axes:
+        for handle, label in zip(*ax.get_legend_handles_labels(), strict=True):
+            handles.setdefault(label, handle)
+    for handle in extra:
+        handles.setdefault(str(handle.get_label()), handle)
+    fig.legend(list(handles.values()), list(handles), loc="outside right center", fontsize=8)
+
+
+def _marker(marker: str, label: str, **style: Any) -> Line2D:
+    """A legend entry for a marker drawn in every model's colour (grey here)."""
+    return Line2D([], [], marker=marker, color="0.35", linestyle="none", label=label, **style)
+
+
+def layer_order(name: str) -> tuple[Any, ...]:
+    """Sort key for attention layer names in the network's order: the encoder (or a single stack's
+    blocks) before the decoder, by index, self- before cross-attention (the logs name them
+    alphabetically: ``decoder.0.cross`` first)."""
+    parts = re.split(r"[._/]", name)
+    stack = 1 if "decoder" in parts else 0
+    numbers = tuple(int(p) for p in parts if p.isdigit())
+    return stack, numbers, "cross" in parts, name
 
 
 def loss_curves(curves: pd.DataFrame, test: pd.DataFrame) -> Figure | None:
@@ -52,22 +74,28 @@ def loss_curves(curves: pd.DataFrame, test: pd.DataFrame) -> Figure | None:
         return None
     settings = val[["dataset", "horizon"]].drop_duplicates().head(MAX_PANELS).itertuples(index=False)
     settings = list(settings)
-    fig, axes = _grid(len(settings))
+    fig, axes = panel_grid(len(settings), width=5.0, height=3.6)
     for ax, (dataset, horizon) in zip(axes, settings, strict=True):
         here = val[(val["dataset"] == dataset) & (val["horizon"] == horizon)]
-        last = int(here["step"].max())
-        for model in [m for m in LTSF_MODEL_ORDER if m in set(here["model"])] + sorted(set(here["model"]) - set(LTSF_MODEL_ORDER)):
+        first, last = int(here["step"].min()), int(here["step"].max())
+        models = [m for m in LTSF_MODEL_ORDER if m in set(here["model"])] + sorted(set(here["model"]) - set(LTSF_MODEL_ORDER))
+        for i, model in enumerate(models):
             mean = here[here["model"] == model].groupby("step")["value"].mean()
             style = _model_style(model)
             ax.plot(mean.index, mean.to_numpy(), marker=".", label=model, **style)  # steps are epochs 1..n
             t = test[(test["dataset"] == dataset) & (test["horizon"] == horizon) & (test["model"] == model)]["mean"]
             if len(t) and not math.isnan(float(t.iloc[0])):
-                ax.plot([last + 1], [float(t.iloc[0])], marker="*", markersize=11, color=style["color"], linestyle="none")
+                spread = 0.3 * (i / max(1, len(models) - 1) - 0.5)  # side by side: close test MSEs stay apart
+                ax.plot([last + 1 + spread], [float(t.iloc[0])], marker="*", markersize=11, color=style["color"], linestyle="none")
+        # Whole epochs on the axis, and the test MSE's column labelled as such, not as one more epoch.
+        epochs = [int(t) for t in MaxNLocator(nbins=6, integer=True).tick_values(first, last) if first <= t <= last]
+        ax.set_xticks([*epochs, last + 1], [*map(str, epochs), "test"])
+        ax.axvline(last + 0.5, color="0.75", linewidth=0.8)
         ax.set_title(f"{dataset}, horizon {horizon}")
-        ax.set_xlabel("epoch (★ = test MSE)")
-        ax.set_ylabel("validation MSE")
+        ax.set_xlabel("epoch")
+        ax.set_ylabel("validation MSE (★ test MSE)")
         ax.grid(alpha=0.3)
-    axes[0].legend(fontsize=8)
+    _legend_outside(fig, axes, _marker("*", "test MSE", markersize=11))
     fig.suptitle("Validation MSE per epoch, ★ test MSE\n(mean over seeds)", fontsize=10)
     return fig
 
@@ -78,10 +106,13 @@ def gate_boxplots(gates: pd.DataFrame) -> Figure | None:
     if gates.empty:
         return None
     models = [m for m in LTSF_MODEL_ORDER if m in set(gates["model"])] + sorted(set(gates["model"]) - set(LTSF_MODEL_ORDER))
-    fig, axes = _grid(len(models), width=max(4.0, 0.9 * gates["layer"].nunique() + 1.5), height=3.5)
+    # Each panel as wide as its own model's layers need (Informer's encoder/decoder names and the
+    # single-stack models' blocks share no box), at most GATE_PANELS_PER_ROW to a row.
+    most_layers = int(gates.groupby("model")["layer"].nunique().max())
+    fig, axes = panel_grid(len(models), width=max(3.6, 0.7 * most_layers + 1.4), height=3.6, max_cols=GATE_PANELS_PER_ROW)
     for ax, model in zip(axes, models, strict=True):
         sub = gates[gates["model"] == model]
-        layers = list(dict.fromkeys(sub["layer"]))
+        layers = sorted(dict.fromkeys(sub["layer"]), key=layer_order)
         data = [sub[sub["layer"] == layer]["value"].to_numpy() for layer in layers]
         ax.boxplot(data, tick_labels=layers)
         for x, values in enumerate(data, start=1):  # the runs themselves: few seeds make a box misleading
@@ -99,10 +130,10 @@ def rem_heatmaps(heads: Sequence[RemHead], title: str, *, length: int = 48) -> F
     """RSA paper Fig. 11 style: each head's learned REM as a heatmap, rows = layers."""
     if not heads:
         return None
-    layers = list(dict.fromkeys(h.layer for h in heads))[:6]
+    layers = sorted(dict.fromkeys(h.layer for h in heads), key=layer_order)[:6]
     per_layer = {layer: sorted((h for h in heads if h.layer == layer), key=lambda h: h.head) for layer in layers}
     cols = max(len(v) for v in per_layer.values())
-    fig = Figure(figsize=(2.3 * cols + 1, 2.5 * len(layers) + 0.6), layout="constrained")
+    fig = Figure(figsize=(2.1 * cols + 1, 2.5 * len(layers) + 0.6), layout="constrained")
     axes = fig.subplots(len(layers), cols, squeeze=False)
     image = None
     for r, layer in enumerate(layers):
@@ -140,7 +171,12 @@ def forecast_figure(examples: Sequence[tuple[str, Mapping[str, Any]]], title: st
     usable = [u for u in usable if u[2] is not None and u[3] is not None]
     if not usable:
         return None
-    fig, axes = _grid(len(usable), width=4.5)
+    # Two to a row: a baseline beside its RSA variant (the models come in LTSF_MODEL_ORDER), on one
+    # value range, so that the panels compare at a glance.
+    fig, axes = panel_grid(len(usable), width=4.5, max_cols=2)
+    shown = [a for _, e, truth, pred in usable for a in (truth, pred, _series(e, "history", "input", "context")) if a is not None]
+    low, high = min(float(np.nanmin(a)) for a in shown), max(float(np.nanmax(a)) for a in shown)
+    margin = 0.05 * (high - low or 1.0)
     for ax, (model, example, truth, pred) in zip(axes, usable, strict=True):
         history = _series(example, "history", "input", "context")
         start = 0
@@ -148,7 +184,8 @@ def forecast_figure(examples: Sequence[tuple[str, Mapping[str, Any]]], title: st
             ax.plot(np.arange(history.size), history, color="0.5", label="history")
             start = history.size
         ax.plot(np.arange(start, start + truth.size), truth, color="k", label="truth")
-        ax.plot(np.arange(start, start + pred.size), pred, color=_model_style(model)["color"], label="prediction")
+        ax.plot(np.arange(start, start + pred.size), pred, color=_model_style(model)["color"], label="prediction (model's colour)")
+        ax.set_ylim(low - margin, high + margin)
         if history is not None:
             ax.axvline(start - 0.5, color="0.7", linestyle=":")
         ax.set_title(model)
@@ -156,7 +193,7 @@ def forecast_figure(examples: Sequence[tuple[str, Mapping[str, Any]]], title: st
         if columns := example.get("columns"):
             ax.set_ylabel(f"{columns[-1]} (scaled)")
         ax.grid(alpha=0.3)
-    axes[0].legend(fontsize=8)
+    _legend_outside(fig, axes)
     fig.suptitle(title)
     return fig
 
@@ -170,28 +207,35 @@ def learning_curves(curves: pd.DataFrame, finals: pd.DataFrame) -> Figure | None
     if curves.empty:
         return None
     envs = list(dict.fromkeys(curves["env"]))[:MAX_PANELS]
-    fig, axes = _grid(len(envs))
+    fig, axes = panel_grid(len(envs), width=4.6, height=3.2)
     for ax, env in zip(axes, envs, strict=True):
         here = curves[curves["env"] == env]
         right = float(here["step"].max())
-        for agent in [a for a in MINIGRID_AGENT_ORDER if a in set(here["agent"])] + sorted(set(here["agent"]) - set(MINIGRID_AGENT_ORDER)):
+        gap = 0.06 * right  # the final rewards to the right of the curves, a column per core
+        agents = [a for a in MINIGRID_AGENT_ORDER if a in set(here["agent"])] + sorted(set(here["agent"]) - set(MINIGRID_AGENT_ORDER))
+        for i, agent in enumerate(agents):
             colour = _AGENT_COLOURS.get(agent, "C5")
             sub = here[here["agent"] == agent]
             grid = np.unique(sub["step"].to_numpy())
             per_seed = np.stack([np.interp(grid, g["step"], g["value"]) for _, g in sub.groupby("seed")])
-            ax.plot(grid, per_seed.mean(axis=0), color=colour, label=agent)
+            # A line style per core too: cores that learn alike (or not at all) draw the same line.
+            ax.plot(grid, per_seed.mean(axis=0), color=colour, linestyle=("-", "--", "-.")[i % 3], label=agent)
             if per_seed.shape[0] > 1:
                 ax.fill_between(grid, per_seed.min(axis=0), per_seed.max(axis=0), color=colour, alpha=0.2)
             fin = finals[(finals["env"] == env) & (finals["agent"] == agent)]
-            if len(fin):
-                ax.plot([right * 1.04], [fin["train"].iloc[0]], "o", color=colour)
-                ax.plot([right * 1.08], [fin["test"].iloc[0]], "*", markersize=11, color=colour)
+            if len(fin):  # side by side, so that equal rewards (0 for every core, say) stay apart
+                ax.plot([right + gap * (1 + i)], [fin["train"].iloc[0]], "o", color=colour)
+                ax.plot([right + gap * (2 + len(agents) + i)], [fin["test"].iloc[0]], "*", markersize=11, color=colour)
+        steps = [t for t in MaxNLocator(nbins=4).tick_values(0, right) if 0 <= t <= right]
+        ax.set_xticks([*steps, right + gap * (1 + len(agents) / 2 - 0.5), right + gap * (2 + 1.5 * len(agents) - 0.5)],
+                      [*(f"{t:g}" for t in steps), "train", "test"])
+        ax.axvline(right + gap * 0.5, color="0.75", linewidth=0.8)
         ax.set_title(env)
-        ax.set_xlabel("environment steps (● train, ★ test reward)")
+        ax.set_xlabel("environment steps")
         ax.set_ylabel("mean episodic reward")
         ax.set_ylim(-0.02, 1.02)
         ax.grid(alpha=0.3)
-    axes[0].legend(fontsize=8)
+    _legend_outside(fig, axes, _marker("o", "final train reward"), _marker("*", "test reward (larger env)", markersize=11))
     fig.suptitle("Learning curves on the training environment (mean over seeds, band = min–max)")
     return fig
 
@@ -211,15 +255,19 @@ def generalisation_bars(cells: pd.DataFrame) -> Figure | None:
         for a, agent in enumerate(agents):
             sub = rewards[(rewards["metric"] == metric) & (rewards["agent"] == agent)].set_index("env").reindex(envs)
             x = np.arange(len(envs)) + (a - (len(agents) - 1) / 2) * width
-            ax.bar(x, sub["mean"].to_numpy(dtype=float), width, yerr=sub["std"].fillna(0).to_numpy(dtype=float),
-                   color=_AGENT_COLOURS.get(agent, "C5"), label=agent, capsize=2)
+            means = sub["mean"].to_numpy(dtype=float)
+            bars = ax.bar(x, means, width, yerr=sub["std"].fillna(0).to_numpy(dtype=float),
+                          color=_AGENT_COLOURS.get(agent, "C5"), label=agent, capsize=2)
+            # The value on each bar: a reward of 0 draws no bar, and would read as a core not run.
+            ax.bar_label(bars, labels=["" if math.isnan(m) else f"{m:.2f}" for m in means], fontsize=6, padding=1)
             if "paper" in sub:
-                ax.plot(x, sub["paper"].to_numpy(dtype=float), "kx", markersize=8, label="paper" if a == 0 else None)
+                ax.plot(x, sub["paper"].to_numpy(dtype=float), "kx", markersize=8)
         ax.set_xticks(np.arange(len(envs)), envs, rotation=30)
         ax.set_title(metric.replace("_", " ") + (" (train env)" if metric == "train_reward" else " (larger test env)"))
-        ax.set_ylim(0, 1.05)
+        ax.set_ylim(0, 1.1)
         ax.grid(alpha=0.3, axis="y")
     axes[0].set_ylabel("mean reward")
-    axes[1].legend(fontsize=8)
+    paper = [Line2D([], [], marker="x", color="k", linestyle="none", markersize=8, label="paper (Table 4)")]
+    _legend_outside(fig, axes, *(paper if "paper" in rewards and rewards["paper"].notna().any() else []))
     fig.suptitle("Train small, test large: ours (bars, ± std over seeds), Kerg et al. Table 4 (×)")
     return fig

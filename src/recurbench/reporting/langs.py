@@ -24,10 +24,14 @@ from typing import Any
 import pandas as pd
 from matplotlib.figure import Figure as MplFigure
 
+from recurbench.data.langs import LANGUAGES
+from recurbench.langs.models import LANG_MODELS
+from recurbench.plots import panel_grid
 from recurbench.reporting import figures
 from recurbench.reporting.compare import Comparison, _complete_grid
-from recurbench.reporting.report import _GATE, Figure, _rem_heads, _representatives, _save
+from recurbench.reporting.report import Figure, _layer_gates, _rem_heads, _representatives, _save
 from recurbench.reporting.runs import SuiteRuns
+from recurbench.suites.langs import paper_reference
 
 METRICS = ("bin0_last", "bin1_last", "bin0_best", "bin1_best")
 """The comparison's names of ``bin0_acc``, ``bin1_acc``, ``bin0_acc_best``, ``bin1_acc_best``."""
@@ -35,9 +39,6 @@ _PAPER_BIN = {"bin0_last": "bin0", "bin0_best": "bin0", "bin1_last": "bin1", "bi
 
 
 def _orders() -> tuple[list[str], list[str]]:
-    from recurbench.data.langs import LANGUAGES
-    from recurbench.langs.models import LANG_MODELS
-
     return list(LANGUAGES), list(LANG_MODELS)
 
 
@@ -49,14 +50,12 @@ def _ordered(values: Any, order: list[str]) -> list[str]:
 def langs_reference() -> pd.DataFrame:
     """Long form: ``language``, ``model`` (recurbench names), ``metric`` (each of :data:`METRICS`),
     ``paper`` (the Table 2 cell of that metric's bin)."""
-    from recurbench.suites.langs import paper_reference
-
     rows = [(language, model, metric, cell[_PAPER_BIN[metric]])
             for (language, model), cell in paper_reference().items() for metric in METRICS]
     return pd.DataFrame(rows, columns=["language", "model", "metric", "paper"])
 
 
-def langs_complete(comp: Comparison, reference: str) -> None:
+def langs_complete(comp: Comparison, reference: str, frame: pd.DataFrame | None = None) -> None:
     """Every language x model we ran, in the suite's order, with the paper's cells beside ours."""
     languages, models = _orders()
     ours = comp.cells
@@ -93,8 +92,7 @@ def langs_figures(runs: SuiteRuns, comp: Comparison, fig_dir: Path) -> tuple[lis
         omitted.append("accuracy by length: no run logged accuracy_by_length.json")
 
     gates = pd.DataFrame(
-        [(r.tags.get("language"), _GATE.sub(r"\1", k).strip("._/") or k, v)
-         for r in runs.finished for k, v in r.metrics.items() if _GATE.search(k)],
+        [(r.tags.get("language"), layer, v) for r in runs.finished for layer, v in _layer_gates(r.metrics).items()],
         columns=["model", "layer", "value"],  # a panel per language: gate_boxplots calls it the model
     )
     gates = gates.sort_values("layer", kind="stable")  # panels come in gate_boxplots' own (alphabetical) order
@@ -155,7 +153,7 @@ def accuracy_by_length(table: pd.DataFrame, edges: dict[str, float], languages: 
     if table.empty:
         return None
     shown = _ordered(table["language"], languages)
-    fig, axes = figures._grid(len(shown), width=4.6, height=3.2, max_cols=3)
+    fig, axes = panel_grid(len(shown), width=4.6, height=3.2, max_cols=3)
     styles = {m: {"color": f"C{i}", "marker": _MARKERS[i % len(_MARKERS)]} for i, m in enumerate(models)}
     handles: dict[str, Any] = {}
     for ax, language in zip(axes, shown, strict=True):

@@ -29,11 +29,14 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure as MplFigure
 
+from recurbench.memory.figures import gradient_figure
+from recurbench.plots import panel_grid
+from recurbench.records import RunRecord
+from recurbench.reference import read_table
 from recurbench.reporting import figures
 from recurbench.reporting.compare import Comparison, _complete_grid
-from recurbench.reporting.reference import _read
 from recurbench.reporting.report import Figure, _save
-from recurbench.reporting.runs import RunRecord, SuiteRuns
+from recurbench.reporting.runs import SuiteRuns
 
 METRICS = ("accuracy", "train_accuracy")
 CORE_ORDER = ("lstm", "memlstm", "rellstm")
@@ -45,7 +48,7 @@ _COLOURS = {core: f"C{i}" for i, core in enumerate(CORE_ORDER)}
 
 def table5_reference() -> pd.DataFrame:
     """Long form: ``task`` (copy), ``T``, ``model``, ``metric`` (each of :data:`METRICS`), ``paper``."""
-    raw = _read("kerg_table5_copy.csv")
+    raw = read_table("kerg_table5_copy.csv")
     rows = [("copy", int(rec["T"]), core, metric, float(rec[column]))
             for rec in raw.to_dict("records") for core, column in TABLE5_COLUMNS.items() for metric in METRICS]
     return pd.DataFrame(rows, columns=["task", "T", "model", "metric", "paper"])
@@ -64,7 +67,7 @@ def _number(text: Any) -> float:
         return -1.0  # "-" (the LSTM's nu / rho) first
 
 
-def memory_complete(comp: Comparison, reference: str) -> None:
+def memory_complete(comp: Comparison, reference: str, frame: pd.DataFrame | None = None) -> None:
     """Rows in task, T, core, nu, rho order with both metrics, Table 5's cell beside ours."""
     cells = comp.cells
     keys = ["task", "T", "model", "nu", "rho"]
@@ -86,29 +89,6 @@ def memory_complete(comp: Comparison, reference: str) -> None:
 
 
 # ------------------------------------------------------------------------------------------ figures
-
-
-def gradient_figure(panels: Sequence[tuple[str, Mapping[str, Sequence[float]], int | None]], title: str,
-                    colours: Mapping[str, str] | None = None) -> MplFigure:
-    """``||dL/dh_t||`` against t on a log scale: a panel per ``(title, {label: norms}, scored_from)``,
-    a curve per label; the scored steps (``t >= scored_from``) shaded. A norm of 0 is left out."""
-    fig, axes = figures._grid(len(panels), width=4.8, height=3.3, max_cols=3)
-    for ax, (name, curves, scored_from) in zip(axes, panels, strict=True):
-        for i, (label, norms) in enumerate(curves.items()):
-            values = np.asarray(norms, dtype=float)
-            values = np.where(values > 0, values, np.nan)
-            ax.plot(np.arange(values.size), values, label=label, linewidth=1.2,
-                    color=(colours or {}).get(label.split(" ")[0], f"C{i}"))
-        if scored_from is not None:
-            ax.axvspan(scored_from - 0.5, ax.get_xlim()[1], color="0.9", zorder=0)
-        ax.set_yscale("log")
-        ax.set_title(name, fontsize=9)
-        ax.set_xlabel("t (shaded: scored steps)")
-        ax.set_ylabel("||dL2/dh_t||")
-        ax.grid(alpha=0.3, which="both")
-        ax.legend(fontsize=7)
-    fig.suptitle(title, fontsize=10)
-    return fig
 
 
 def _gradient_records(runs: SuiteRuns) -> list[tuple[RunRecord, dict[str, Any]]]:
@@ -216,7 +196,7 @@ def loss_figure(curves: pd.DataFrame, baselines: Mapping[tuple[str, int], float]
         return None
     keys = sorted(set(zip(curves["task"], curves["T"], strict=True)),
                   key=lambda k: (_order(curves["task"], TASK_ORDER)[k[0]], k[1]))[: figures.MAX_PANELS]
-    fig, axes = figures._grid(len(keys), width=4.6, height=3.2, max_cols=3)
+    fig, axes = panel_grid(len(keys), width=4.6, height=3.2, max_cols=3)
     for ax, (task, T) in zip(axes, keys, strict=True):
         here = curves[(curves["task"] == task) & (curves["T"] == T)]
         for label in sorted(set(here["label"]), key=lambda lab: _order(here["label"].str.split(" ").str[0], CORE_ORDER)[lab.split(" ")[0]]):
@@ -279,5 +259,5 @@ def _int_param(r: RunRecord, key: str, default: int) -> int:
         return default
 
 
-__all__ = ["METRICS", "gradient_figure", "kappa_figure", "loss_figure", "memory_complete", "memory_figures",
+__all__ = ["METRICS", "kappa_figure", "loss_figure", "memory_complete", "memory_figures",
            "table5_reference"]

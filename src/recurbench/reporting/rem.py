@@ -36,6 +36,10 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import torch
+
+from recurbench.kernels.rem.dense import rem_table_matrices
+from recurbench.kernels.rem.heads import make_layout
 
 KINDS = ("regular", "cyclical_cos", "cyclical_sin")
 _ALIASES = {"lambda": "lambda", "lam": "lambda", "λ": "lambda", "gamma": "gamma", "γ": "gamma", "theta": "theta", "θ": "theta"}
@@ -69,11 +73,6 @@ def rem_matrix(head: RemHead, length: int, *, masked: bool | None = None) -> np.
     own table construction (:func:`recurbench.kernels.rem.dense.rem_table_matrices`) from λ or (γ, θ)
     as logged, so a heatmap shows exactly the matrix the model applied (in float64). ``masked``
     defaults to the head's own (its layer's, when logged)."""
-    import torch
-
-    from recurbench.kernels.rem.dense import rem_table_matrices
-    from recurbench.kernels.rem.heads import make_layout
-
     regular = head.kind == "regular"
     kind = "regular" if regular else ("cos" if head.kind == "cyclical_cos" else "sin")
     base = torch.tensor([head.lam if regular else head.gamma], dtype=torch.float64)

@@ -12,6 +12,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import pandas as pd
+from rich.markup import escape
+from rich.table import Table
 
 from recurbench.errors import ConfigError
 from recurbench.reporting.compare import Comparison
@@ -67,12 +69,13 @@ def text_tables(comp: Comparison, *, sep: str = "; ") -> list[TextTable]:
     cells = comp.cells.copy()
     cells["text"] = [format_cell(r, reference=reference, sep=sep) for _, r in cells.iterrows()]
     label = f"{comp.experiment}" + (f" (profile {comp.profile})" if comp.profile else "")
+    caveat = f" — {comp.paper_caveat}" if comp.paper_caveat else ""  # said beside the paper's values
     tables: list[TextTable] = []
     if comp.suite == "ltsf" and comp.default_layout:
         cells["metric"] = cells["metric"].map(lambda m: _METRIC_LABELS.get(m, m))
         wide = cells.pivot_table(index=["dataset", "horizon", "metric"], columns="model", values="text", aggfunc="first", sort=False)
         wide = wide[list(dict.fromkeys(cells["model"]))]
-        tables.append(TextTable(f"{label}: test MSE/MAE over seeds", wide.reset_index()))
+        tables.append(TextTable(f"{label}: test MSE/MAE over seeds{caveat}", wide.reset_index()))
     else:
         index = [k for k in comp.by]
         cells["metric"] = cells["metric"].map(lambda m: _METRIC_LABELS.get(m, m))
@@ -84,7 +87,7 @@ def text_tables(comp: Comparison, *, sep: str = "; ") -> list[TextTable]:
                 sub = iqm[iqm["metric"] == metric].set_index(index)["iqm_text"]
                 if not sub.empty:
                     wide[f"{metric} IQM [95% CI]"] = sub
-        tables.append(TextTable(f"{label}: mean over seeds", wide.reset_index()))
+        tables.append(TextTable(f"{label}: mean over seeds{caveat}", wide.reset_index()))
     if comp.wins is not None:
         rows = []
         for w in comp.wins.to_dict("records"):
@@ -93,7 +96,10 @@ def text_tables(comp: Comparison, *, sep: str = "; ") -> list[TextTable]:
                 row["paper, same cells"] = _ratio(w, "paper")
                 row["paper, all cells"] = _ratio(w, "paper_all")
             rows.append(row)
-        tables.append(TextTable("cells where RSA ≤ baseline (MSE and MAE; ties count as wins, as in the paper)", pd.DataFrame(rows)))
+        title = "cells where RSA ≤ baseline (MSE and MAE; ties count as wins, as in the paper)"
+        if comp.paper_caveat:
+            title += " — ours only: the paper's counts are left out, not comparable (see the table above)"
+        tables.append(TextTable(title, pd.DataFrame(rows)))
     if comp.aggregate is not None and len(comp.aggregate):
         agg = comp.aggregate.copy()
         agg["IQM [95% CI]"] = [_iqm_text(r) for _, r in agg.iterrows()]
@@ -131,9 +137,6 @@ def render(comp: Comparison, fmt: str) -> str:
 
 def rich_tables(comp: Comparison) -> list[Any]:
     """rich renderables for the terminal (multi-line cells; values are escaped, never read as markup)."""
-    from rich.markup import escape
-    from rich.table import Table
-
     out: list[Any] = []
     for t in text_tables(comp, sep="\n"):
         table = Table(title=escape(t.title), show_lines=True)

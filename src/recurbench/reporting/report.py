@@ -7,7 +7,8 @@ so that the MLflow UI shows them with the runs they summarise.
 What the figures need from the runs, and where the suites put it:
 
 * LTSF: per-epoch ``train_loss``/``val_loss`` (step = epoch), ``test_mse``; gate values as metrics
-  whose name contains ``gate`` (``gate.<layer>``); REM parameters per head (see :mod:`.rem` for the
+  whose name contains ``gate``: ``final_gate.<layer>`` (the weights tested) where a run logged it,
+  else ``gate.<layer>`` (its last epoch; the suite logs both); REM parameters per head (see :mod:`.rem` for the
   accepted shapes); forecast examples as artifacts whose path contains ``forecast``: a PNG (shown
   as is) or JSON/CSV/NPZ with ``truth`` and ``prediction`` (and optionally ``history``).
 * MiniGrid: ``rollout_reward`` (step = environment steps), ``train_reward``, ``test_reward``.
@@ -22,6 +23,7 @@ import html
 import json
 import re
 import shutil
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -31,16 +33,18 @@ import numpy as np
 import pandas as pd
 
 from recurbench.errors import ConfigError
+from recurbench.records import RunRecord
+from recurbench.reference import KERG_TABLE4_CAVEAT, RSA_PAIRS
 from recurbench.reporting import figures
-from recurbench.reporting.compare import Comparison, compare_runs, layout
-from recurbench.reporting.reference import KERG_TABLE4_CAVEAT, RSA_PAIRS
+from recurbench.reporting.compare import Comparison
 from recurbench.reporting.rem import RemHead, parse_rem_params, rem_heads_from_metrics
 from recurbench.reporting.render import MISSING, markdown_table, text_tables
-from recurbench.reporting.runs import RunRecord, SuiteRuns, load_runs
+from recurbench.reporting.runs import SuiteRuns
 
 REPORT_FORMATS = ("html", "markdown")
 MAX_FORECAST_SETTINGS = 4
 _GATE = re.compile(r"(^|[._/])gates?([._/]|$)")
+_FINAL = "final_"
 
 
 @dataclass
@@ -63,33 +67,22 @@ class Report:
     """Figures left out, with the reason."""
 
 
+#: A suite's figures: ``build(runs, comparison, fig_dir)`` -> the figures and what was left out, why.
+FigureBuilder = Callable[[SuiteRuns, Comparison, Path], tuple[list["Figure"], list[str]]]
+
+
 def write_report(
-    suite: str,
-    out: str | Path,
-    *,
-    tracking_uri: str | None = None,
-    experiment: str | None = None,
-    profile: str | None = None,
-    fmt: str = "html",
+    runs: SuiteRuns, comparison: Comparison, build: FigureBuilder, out: str | Path, *, fmt: str = "html",
     log_to_mlflow: bool = True,
-    settings: str = "shipped",
 ) -> Report:
+    """Draw the suite's figures (``build``) into ``out/figures``, write the report (HTML or Markdown)
+    and log both to the suite's latest parent run (:func:`recurbench.reporting.by_suite.write_report`
+    does this for a suite by name)."""
     if fmt not in REPORT_FORMATS:
         raise ConfigError(f"unknown report format {fmt!r}; choose one of: {', '.join(REPORT_FORMATS)}")
-    spec = layout(suite)
-    runs = load_runs(
-        suite, spec.config_keys, tracking_uri=tracking_uri, experiment=experiment, profile=profile, settings=settings
-    )
-    comparison = compare_runs(runs)
     out = Path(out)
     fig_dir = out / "figures"
     fig_dir.mkdir(parents=True, exist_ok=True)
-    if suite == "langs":
-        from recurbench.reporting.langs import langs_figures as build
-    elif suite == "memory":
-        from recurbench.reporting.memory import memory_figures as build
-    else:
-        build = _ltsf_figures if suite == "ltsf" else _minigrid_figures
     built, omitted = build(runs, comparison, fig_dir)
     path = (_write_html if fmt == "html" else _write_markdown)(out, runs, comparison, built, omitted)
     logged = None
@@ -120,7 +113,7 @@ def _representatives(records: list[RunRecord], keys: tuple[str, ...]) -> dict[tu
 # ------------------------------------------------------------------------------------------ LTSF
 
 
-def _ltsf_figures(runs: SuiteRuns, comp: Comparison, fig_dir: Path) -> tuple[list[Figure], list[str]]:
+def ltsf_figures(runs: SuiteRuns, comp: Comparison, fig_dir: Path) -> tuple[list[Figure], list[str]]:
     built: list[Figure] = []
     omitted: list[str] = []
 
@@ -140,7 +133,7 @@ def _ltsf_figures(runs: SuiteRuns, comp: Comparison, fig_dir: Path) -> tuple[lis
         omitted.append("loss curves: no run logged val_loss")
 
     gates = pd.DataFrame(
-        [(r.tags.get("model"), _GATE.sub(r"\1", k).strip("._/") or k, v) for r in runs.finished for k, v in r.metrics.items() if _GATE.search(k)],
+        [(r.tags.get("model"), layer, v) for r in runs.finished for layer, v in _layer_gates(r.metrics).items()],
         columns=["model", "layer", "value"],
     )
     if (fig := figures.gate_boxplots(gates)) is not None:
@@ -164,6 +157,16 @@ def _ltsf_figures(runs: SuiteRuns, comp: Comparison, fig_dir: Path) -> tuple[lis
             if candidates:
                 omitted.append(f"REM heatmaps for {model}: no REM parameters logged")
 
+    if not _ltsf_forecasts(runs, reps, fig_dir, built):
+        omitted.append("forecast examples: no run logged a forecast artifact")
+    return built, omitted
+
+
+def _ltsf_forecasts(
+    runs: SuiteRuns, reps: Mapping[tuple[str, ...], RunRecord], fig_dir: Path, built: list[Figure]
+) -> bool:
+    """The forecast examples of the first :data:`MAX_FORECAST_SETTINGS` dataset x horizon settings,
+    one figure per setting (a logged PNG as it is), appended to ``built``; whether any run had one."""
     settings = list(dict.fromkeys((d, h) for (d, h, _) in reps))[:MAX_FORECAST_SETTINGS]
     found_any = False
     for dataset, horizon in settings:
@@ -186,9 +189,21 @@ def _ltsf_figures(runs: SuiteRuns, comp: Comparison, fig_dir: Path) -> tuple[lis
             found_any = True
             built.append(_save(fig, fig_dir, f"ltsf_forecast_{dataset}_{horizon}", f"Forecast examples: {dataset}, horizon {horizon}",
                                "Prediction vs truth on one test window (target column, scaled data), lowest seed of each model."))
-    if not found_any:
-        omitted.append("forecast examples: no run logged a forecast artifact")
-    return built, omitted
+    return found_any
+
+
+def _layer_gates(metrics: Mapping[str, float]) -> dict[str, float]:
+    """A run's gate value per layer. The ltsf suite logs each layer's gate twice: ``gate.<layer>`` after
+    every epoch (so the latest is the last epoch's) and ``final_gate.<layer>`` once, from the weights it
+    tested (early stopping restores the best epoch's). One layer, two names: the final value counts,
+    the per-epoch one only for a run that logged no final values."""
+    final: dict[str, float] = {}
+    last: dict[str, float] = {}
+    for key, value in metrics.items():
+        if _GATE.search(key):
+            name = key.removeprefix(_FINAL)
+            (final if name != key else last)[_GATE.sub(r"\1", name).strip("._/") or name] = value
+    return final or last
 
 
 def _int(value: str | None) -> Any:
@@ -205,7 +220,10 @@ def _rem_heads(runs: SuiteRuns, r: RunRecord) -> list[RemHead]:
     for artifact in runs.artifact_paths(r.run_id):
         name = artifact.lower()
         if "rem" in Path(name).name and name.endswith(".json"):
-            heads = parse_rem_params(json.loads(runs.download_artifact(r.run_id, artifact).read_text()))
+            logged = json.loads(runs.download_artifact(r.run_id, artifact).read_text())
+            if isinstance(logged, dict) and isinstance(logged.get("rem_parameters"), dict):
+                logged = logged["rem_parameters"]  # the suites' {"gates": ..., "rem_parameters": {layer: ...}}
+            heads = parse_rem_params(logged)
             if heads:
                 return heads
     return []
@@ -231,7 +249,7 @@ def _read_forecast(path: Path) -> dict[str, Any] | None:
 # -------------------------------------------------------------------------------------- MiniGrid
 
 
-def _minigrid_figures(runs: SuiteRuns, comp: Comparison, fig_dir: Path) -> tuple[list[Figure], list[str]]:
+def minigrid_figures(runs: SuiteRuns, comp: Comparison, fig_dir: Path) -> tuple[list[Figure], list[str]]:
     built: list[Figure] = []
     omitted: list[str] = []
     rows = []
@@ -258,7 +276,8 @@ def _minigrid_figures(runs: SuiteRuns, comp: Comparison, fig_dir: Path) -> tuple
     if (fig := figures.generalisation_bars(cells)) is not None:
         built.append(_save(fig, fig_dir, "minigrid_generalisation", "Train small, test large",
                            "Final train and test reward per env pair and core (± std over seeds), with Kerg et al.'s "
-                           f"Table 4 (×). {KERG_TABLE4_CAVEAT}."))
+                           f"Table 4 (×). {KERG_TABLE4_CAVEAT}."
+                           + (f" Ours are {comp.paper_caveat}." if comp.paper_caveat else "")))
     return built, omitted
 
 
@@ -270,6 +289,7 @@ def _summary_lines(runs: SuiteRuns, comp: Comparison) -> list[str]:
         f"experiment: {runs.experiment}",
         f"tracking URI: {runs.tracking_uri}",
         f"profile: {runs.profile or 'all'}",
+        *([comp.paper_caveat] if comp.paper_caveat else []),
         f"finished runs: {len(runs.finished)}; did not finish: {len(runs.unfinished)}"
         + (f" ({len(runs.finished_as)} of them run again to the end)" if runs.finished_as else ""),
         f"generated: {datetime.now(timezone.utc).strftime('%Y-%m-%d %H:%M UTC')}",

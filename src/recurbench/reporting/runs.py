@@ -13,7 +13,7 @@ Two choices decide which runs a comparison sees, and both are made here, once:
   env/agent) may have been run with different settings (a ``--config`` variant, a ``--set`` probe,
   an older version's defaults). Seeds of different settings are never pooled. With
   ``settings="shipped"`` (the default) a configuration is shown at the settings its profile ships
-  now (:meth:`~recurbench.suites.runner.SuiteDefinition.shipped_settings`) where some FINISHED run
+  now (:meth:`~recurbench.suites.base.SuiteDefinition.shipped_settings`) where some FINISHED run
   has them, else at its newest FINISHED run's settings (a note names those configurations);
   ``settings="newest"`` always takes the newest run's. Runs whose logged params differ from the
   chosen settings (seed and thread count aside) are left out, with a note naming the differing
@@ -37,7 +37,7 @@ from __future__ import annotations
 import os
 import tempfile
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 from typing import Any
@@ -45,8 +45,15 @@ from typing import Any
 import pandas as pd
 
 from recurbench.errors import ConfigError, RecurbenchError
-from recurbench.tracking import (
+from recurbench.records import (
     RunRecord,
+    has_settings,
+    lacks_a_param_of_its_sections,
+    settings_diff,
+    with_param_defaults,
+)
+from recurbench.suites.registry import SUITES, load_profile
+from recurbench.tracking import (
     check_store,
     experiment_name,
     mlflow_client,
@@ -55,9 +62,6 @@ from recurbench.tracking import (
     search_all_runs,
     sqlite_file,
 )
-
-EXECUTION_PARAMS = frozenset({"seed", "torch_threads"})
-"""Params that say how a run was executed, not what was run: runs differing only in these pool."""
 
 
 @dataclass
@@ -128,51 +132,9 @@ SETTINGS = ("shipped", "newest")
 """How a comparison picks each configuration's settings (see the module docstring)."""
 
 
-def settings_diff(
-    run: RunRecord, reference: RunRecord, defaults: Mapping[str, str] | None = None, *, label: str = "newest"
-) -> str:
-    """The params whose values differ between the two runs (execution params aside), as
-    ``"key value (<label>: value)"``, comma-separated (at most three); empty when the settings agree.
-
-    A param only one of the runs logged (one added by a later version) is read at its default in
-    ``defaults`` (the suite's :meth:`~recurbench.suites.runner.SuiteDefinition.param_defaults`) for
-    the run that lacks it; without a default it counts as different ("not logged"), so runs whose
-    settings cannot be told apart are never pooled."""
-    defaults = defaults or {}
-
-    def value(r: RunRecord, key: str) -> str | None:
-        return r.params.get(key, defaults.get(key))
-
-    keys = sorted(
-        k for k in run.params.keys() | reference.params.keys()
-        if k not in EXECUTION_PARAMS and value(run, k) != value(reference, k)
-    )
-    def shown(r: RunRecord, key: str) -> str:
-        text = value(r, key)
-        return "not logged" if text is None else text
-
-    parts = [f"{k} {shown(run, k)} ({label}: {shown(reference, k)})" for k in keys[:3]]
-    return ", ".join(parts) + (", ..." if len(keys) > 3 else "")
-
-
-def has_settings(run: RunRecord, settings: Mapping[str, str | None], defaults: Mapping[str, str] | None = None) -> bool:
-    """Whether ``run`` logged exactly ``settings`` (execution params aside): every key of
-    ``settings`` at its value (``None``: any value), a key the run lacks read at its default in
-    ``defaults``, and no key of its own beyond them (a setting the suite no longer has)."""
-    defaults = defaults or {}
-    if not run.params.keys() - EXECUTION_PARAMS <= settings.keys():
-        return False
-    return all(
-        want is None or run.params.get(k, defaults.get(k)) == want
-        for k, want in settings.items() if k not in EXECUTION_PARAMS
-    )
-
-
 def suite_shipped_settings(suite: str, profile: str) -> list[tuple[dict[str, str], dict[str, str | None]]]:
-    """:meth:`~recurbench.suites.runner.SuiteDefinition.shipped_settings` of ``suite``'s profile
+    """:meth:`~recurbench.suites.base.SuiteDefinition.shipped_settings` of ``suite``'s profile
     ``profile`` as its file ships it ([] for a suite or profile the package does not ship)."""
-    from recurbench.suites.runner import SUITES, load_profile
-
     if suite not in SUITES:
         return []
     try:
@@ -182,36 +144,8 @@ def suite_shipped_settings(suite: str, profile: str) -> list[tuple[dict[str, str
     return definition.shipped_settings(cfg)
 
 
-def with_param_defaults(run: RunRecord, defaults: Mapping[str, str]) -> RunRecord:
-    """``run`` with each param it did not log read at its default in ``defaults``: one added by a
-    later version, which the run's version used at that value. Only in the sections (``training.``,
-    ``rsa.``, ...) the run logged at all, so a baseline gains no ``rsa.`` params."""
-    sections = {_section(k) for k in run.params} - {None}
-    missing = {k: v for k, v in defaults.items() if k not in run.params and _section(k) in sections}
-    return replace(run, params={**run.params, **missing}) if missing else run
-
-
-def _section(key: str) -> str | None:
-    return key.split(".", 1)[0] if "." in key else None
-
-
-def _lacks_a_param_of_its_sections(runs: Sequence[RunRecord]) -> bool:
-    """Whether some run did not log a param that another run logged in a section both logged: only
-    then does :func:`with_param_defaults` change anything (decided without importing the suites)."""
-    logged: dict[str, set[str]] = {}
-    for r in runs:
-        for k in r.params:
-            if (s := _section(k)) is not None:
-                logged.setdefault(s, set()).add(k)
-    return any(
-        not logged[s] <= r.params.keys() for r in runs for s in {_section(k) for k in r.params} - {None}
-    )
-
-
 def suite_param_defaults(suite: str) -> dict[str, str]:
-    """:meth:`~recurbench.suites.runner.SuiteDefinition.param_defaults` of ``suite`` ({} if unknown)."""
-    from recurbench.suites.runner import SUITES
-
+    """:meth:`~recurbench.suites.base.SuiteDefinition.param_defaults` of ``suite`` ({} if unknown)."""
     return SUITES[suite]().param_defaults() if suite in SUITES else {}
 
 
@@ -261,6 +195,40 @@ def load_runs(
     """
     if settings not in SETTINGS:
         raise ConfigError(f"--settings: unknown rule {settings!r}; choose one of: {', '.join(SETTINGS)}")
+    name, uri, parents, nested = _read_experiment(suite, experiment, tracking_uri)
+    # The suite's defaults are read (and the suites imported) where some logged keys differ, or below
+    # for the shipped settings; settings="newest" on a store of one version imports no suite.
+    choice = _SettingsChoice(suite, config_keys)
+    if lacks_a_param_of_its_sections(nested):
+        nested = [with_param_defaults(r, choice.defaults()) for r in nested]
+    notes: list[str] = []
+    profile = _chosen_profile(name, profile, parents, nested, notes)
+    if profile is not None:
+        nested = [r for r in nested if r.tags.get("profile") == profile]
+        parents = [p for p in parents if p.tags.get("profile") == profile]
+    done = [r for r in nested if r.status == "FINISHED"]  # newest first: the first one of a key wins
+    choice.choose(done, shipped=settings == "shipped", notes=notes)
+    finished, seen, superseded, other_settings = choice.keep(done, notes)
+    _note_other_data(finished, notes)
+    unfinished = [r for r in nested if r.status != "FINISHED"]
+    return SuiteRuns(
+        suite=suite,
+        experiment=name,
+        tracking_uri=uri,
+        profile=profile,
+        finished=finished[::-1],  # oldest first reads naturally in tables and legends
+        unfinished=unfinished,
+        finished_as=choice.finished_as(unfinished, seen),
+        superseded=superseded,
+        other_settings=other_settings,
+        latest_parent_id=parents[0].run_id if parents else None,
+        notes=notes,
+    )
+
+
+def _read_experiment(suite: str, experiment: str | None, tracking_uri: str | None
+                     ) -> tuple[str, str, list[RunRecord], list[RunRecord]]:
+    """The experiment's name, the store's URI, its parent runs and its nested runs, newest first."""
     client, uri = open_client(tracking_uri)
     name = experiment or experiment_name(suite)
     found = client.get_experiment_by_name(name)
@@ -270,18 +238,15 @@ def load_runs(
             f"no experiment {name!r} in the MLflow store {uri}; experiments there: {', '.join(known) or 'none'}"
         )
     runs = [run_record(r) for r in search_all_runs(client, found.experiment_id)]  # newest first
-    parents = [r for r in runs if r.tags.get("role") == "parent"]
     nested = [r for r in runs if r.tags.get("role") != "parent"]
     if not nested:
         raise RecurbenchError(f"experiment {name!r} in {uri} has no runs to compare")
-    # The suite's defaults are read (and the suites imported) where some logged keys differ, or below
-    # for the shipped settings; settings="newest" on a store of one version imports no suite.
-    defaults: dict[str, str] | None = None
-    if _lacks_a_param_of_its_sections(nested):
-        defaults = suite_param_defaults(suite)
-        nested = [with_param_defaults(r, defaults) for r in nested]
+    return name, uri, [r for r in runs if r.tags.get("role") == "parent"], nested
 
-    notes: list[str] = []
+
+def _chosen_profile(experiment: str, profile: str | None, parents: Sequence[RunRecord],
+                    nested: Sequence[RunRecord], notes: list[str]) -> str | None:
+    """The profile to keep: the one asked for, else the latest invocation's (``None``: every profile)."""
     profiles = sorted({r.tags["profile"] for r in nested if "profile" in r.tags})
     if profile is None and profiles:
         latest = next((p.tags["profile"] for p in parents if "profile" in p.tags), None)
@@ -289,33 +254,48 @@ def load_runs(
         if len(profiles) > 1:
             others = ", ".join(p for p in profiles if p != profile)
             notes.append(f"profile {profile!r} (most recent); runs of other profiles not shown: {others}")
-    elif profile == "all":
-        profile = None
-    elif profile is not None and profile not in profiles:
+        return profile
+    if profile == "all":
+        return None
+    if profile is not None and profile not in profiles:
         raise RecurbenchError(
-            f"experiment {name!r} has no runs of profile {profile!r}; profiles there: {', '.join(profiles) or 'none'}"
+            f"experiment {experiment!r} has no runs of profile {profile!r}; profiles there: "
+            f"{', '.join(profiles) or 'none'}"
         )
-    if profile is not None:
-        nested = [r for r in nested if r.tags.get("profile") == profile]
-        parents = [p for p in parents if p.tags.get("profile") == profile]
+    return profile
 
-    done = [r for r in nested if r.status == "FINISHED"]  # newest first: the first one of a key wins
 
-    def config_of(r: RunRecord) -> tuple[Any, ...]:
-        return tuple(r.tags.get(k, r.params.get(k)) for k in config_keys)
+class _SettingsChoice:
+    """The settings shown for each configuration, and which finished runs have them."""
 
-    chosen: dict[tuple[Any, ...], tuple[RunRecord, str]] = {}
-    for r in done:
-        chosen.setdefault(config_of(r), (r, "newest"))
-    if settings == "shipped" and chosen:
-        if defaults is None:
-            defaults = suite_param_defaults(suite)
-        shipped = _ShippedSettings(suite, defaults)
+    def __init__(self, suite: str, config_keys: Sequence[str]) -> None:
+        self.suite = suite
+        self.config_keys = tuple(config_keys)
+        self._defaults: dict[str, str] | None = None
+        self.chosen: dict[tuple[Any, ...], tuple[RunRecord, str]] = {}
+
+    def defaults(self) -> dict[str, str]:
+        """The suite's param defaults, read (the suites imported) the first time they are needed."""
+        if self._defaults is None:
+            self._defaults = suite_param_defaults(self.suite)
+        return self._defaults
+
+    def config_of(self, r: RunRecord) -> tuple[Any, ...]:
+        return tuple(r.tags.get(k, r.params.get(k)) for k in self.config_keys)
+
+    def choose(self, done: Sequence[RunRecord], *, shipped: bool, notes: list[str]) -> None:
+        """Each configuration's newest run, or with ``shipped`` its newest run at the settings its
+        profile ships now where one has them."""
         for r in done:
-            config = config_of(r)
-            if chosen[config][1] == "newest" and shipped.has(r):
-                chosen[config] = (r, "shipped")
-        unshipped = ["/".join(map(str, c)) for c, (r, how) in chosen.items() if how == "newest" and shipped.known(r)]
+            self.chosen.setdefault(self.config_of(r), (r, "newest"))
+        if not shipped or not self.chosen:
+            return
+        table = _ShippedSettings(self.suite, self.defaults())
+        for r in done:
+            config = self.config_of(r)
+            if self.chosen[config][1] == "newest" and table.has(r):
+                self.chosen[config] = (r, "shipped")
+        unshipped = ["/".join(map(str, c)) for c, (r, how) in self.chosen.items() if how == "newest" and table.known(r)]
         if unshipped:
             notes.append(
                 f"{len(unshipped)} configuration(s) have no finished run at the settings their profile ships now, "
@@ -323,63 +303,63 @@ def load_runs(
                 + (", ..." if len(unshipped) > 3 else "")
             )
 
-    def differs_from_shown(r: RunRecord) -> str:
-        """How ``r``'s settings differ from those shown for its configuration ("" where they agree);
-        the suite's defaults are read the first time two runs' logged params differ in their keys."""
-        nonlocal defaults
-        reference, how = chosen[config_of(r)]
+    def differs(self, r: RunRecord) -> str:
+        """How ``r``'s settings differ from those shown for its configuration ("" where they agree); the
+        suite's defaults are read the first time two runs' logged params differ in their keys."""
+        reference, how = self.chosen[self.config_of(r)]
+        defaults = self._defaults
         if defaults is None and r.params.keys() != reference.params.keys():
-            defaults = suite_param_defaults(suite)
+            defaults = self.defaults()
         return settings_diff(r, reference, defaults, label=how)
 
-    finished: list[RunRecord] = []
-    seen: dict[tuple[Any, ...], str] = {}  # (configuration..., seed) -> the run id that counts
-    differences: dict[tuple[Any, ...], str] = {}
-    superseded = other_settings = 0
-    for r in done:
-        config = config_of(r)
-        if diff := differs_from_shown(r):
-            other_settings += 1
-            differences.setdefault(config, "/".join(str(v) for v in config) + ": " + diff)
-            continue
-        key = (*config, r.seed if r.seed is not None else r.run_id)
-        if key in seen:
-            superseded += 1
-            continue
-        seen[key] = r.run_id
-        finished.append(r)
-    if other_settings:
-        shown = "; ".join(list(differences.values())[:3]) + ("; ..." if len(differences) > 3 else "")
-        notes.append(
-            f"{other_settings} finished run(s) left out: their settings differ from the ones shown for their "
-            f"configuration ({shown}); --by with the param shows them apart"
-        )
-    if superseded:
-        notes.append(f"{superseded} older finished run(s) superseded by a later run of the same configuration and seed")
+    def keep(self, done: Sequence[RunRecord], notes: list[str]
+             ) -> tuple[list[RunRecord], dict[tuple[Any, ...], str], int, int]:
+        """The finished runs that count (newest first; one per configuration and seed, at the settings
+        shown), the run id that counts per (configuration..., seed), and how many were superseded or
+        left out for their settings."""
+        finished: list[RunRecord] = []
+        seen: dict[tuple[Any, ...], str] = {}
+        differences: dict[tuple[Any, ...], str] = {}
+        superseded = other_settings = 0
+        for r in done:
+            config = self.config_of(r)
+            if diff := self.differs(r):
+                other_settings += 1
+                differences.setdefault(config, "/".join(str(v) for v in config) + ": " + diff)
+                continue
+            key = (*config, r.seed if r.seed is not None else r.run_id)
+            if key in seen:
+                superseded += 1
+                continue
+            seen[key] = r.run_id
+            finished.append(r)
+        if other_settings:
+            shown = "; ".join(list(differences.values())[:3]) + ("; ..." if len(differences) > 3 else "")
+            notes.append(
+                f"{other_settings} finished run(s) left out: their settings differ from the ones shown for their "
+                f"configuration ({shown}); --by with the param shows them apart"
+            )
+        if superseded:
+            notes.append(f"{superseded} older finished run(s) superseded by a later run of the same configuration and seed")
+        return finished, seen, superseded, other_settings
+
+    def finished_as(self, unfinished: Sequence[RunRecord], seen: Mapping[tuple[Any, ...], str]) -> dict[str, str]:
+        """Ended unfinished run id -> the finished run that counts for its configuration and seed at the
+        same settings; a live (RUNNING) run is always listed: it is at work now."""
+        out: dict[str, str] = {}
+        for r in unfinished:
+            config = self.config_of(r)
+            if r.status == "RUNNING" or config not in self.chosen or r.seed is None or (*config, r.seed) not in seen:
+                continue
+            if r.params and not self.differs(r):
+                out[r.run_id] = seen[(*config, r.seed)]
+        return out
+
+
+def _note_other_data(finished: Sequence[RunRecord], notes: list[str]) -> None:
     if other_data := [r.name for r in finished if r.tags.get("data_registry") == "differs"]:
         notes.append(
             f"{len(other_data)} run(s) read a data file other than the one the registry pins (tag data_registry="
             f"differs): {', '.join(other_data[:3])}{', ...' if len(other_data) > 3 else ''}; --by data_sha256 "
             "shows them apart"
         )
-    unfinished = [r for r in nested if r.status != "FINISHED"]
-    finished_as: dict[str, str] = {}
-    for r in unfinished:
-        config = config_of(r)
-        if r.status == "RUNNING" or config not in chosen or r.seed is None or (*config, r.seed) not in seen:
-            continue  # a live run is always listed: it is at work now
-        if r.params and not differs_from_shown(r):
-            finished_as[r.run_id] = seen[(*config, r.seed)]
-    return SuiteRuns(
-        suite=suite,
-        experiment=name,
-        tracking_uri=uri,
-        profile=profile,
-        finished=finished[::-1],  # oldest first reads naturally in tables and legends
-        unfinished=unfinished,
-        finished_as=finished_as,
-        superseded=superseded,
-        other_settings=other_settings,
-        latest_parent_id=parents[0].run_id if parents else None,
-        notes=notes,
-    )

@@ -1,23 +1,4 @@
-"""Suites: YAML definitions shipped with the package and the runner that executes them."""
-
-from recurbench.suites.runner import (
-    SUITES,
-    RunOutcome,
-    RunPlan,
-    SuiteDefinition,
-    SuiteResult,
-    list_suites,
-    load_profile,
-    run_suite,
-)
-
-__all__ = [
-    "SUITES",
-    "RunOutcome",
-    "RunPlan",
-    "SuiteDefinition",
-    "SuiteResult",
-    "list_suites",
-    "load_profile",
-    "run_suite",
-]
+"""Suites: YAML definitions shipped with the package (``<name>.yaml``), each with its
+:class:`~recurbench.suites.base.SuiteDefinition` (``<name>.py``); :mod:`~recurbench.suites.registry`
+names them, :mod:`~recurbench.suites.runner` runs them (:func:`~recurbench.suites.runner.run_suite`).
+"""

@@ -29,17 +29,20 @@ import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, fields
 from functools import lru_cache
-from importlib import resources
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import Annotated, Any
 
+import torch
 from pydantic import BaseModel, Field, NonNegativeInt, PositiveInt, field_validator
 
 from recurbench.config import StrictModel, Unique, known_name
-from recurbench.data.langs import LANGUAGES, LangDataSpec
+from recurbench.data.langs import LANGUAGES, LangDataSpec, load_dataset
 from recurbench.errors import ConfigError
-from recurbench.langs.models import LANG_MODELS, PAPER_HEADS, LangModelConfig
-from recurbench.langs.training import LangTrainConfig
-from recurbench.suites.runner import (
+from recurbench.forecasters.training import count_parameters, rsa_state
+from recurbench.langs.models import LANG_MODELS, PAPER_HEADS, LangModelConfig, build_recognizer
+from recurbench.langs.training import EncodedSplit, LangEpoch, LangTrainConfig, train_recognizer
+from recurbench.records import logged_settings
+from recurbench.reference import reference_text
+from recurbench.suites.base import (
     ProgressFn,
     RunOutcome,
     RunPlan,
@@ -47,10 +50,8 @@ from recurbench.suites.runner import (
     selected_names,
     selected_seeds,
 )
+from recurbench.suites.paper_settings import footnote_row, outcomes_caveat
 from recurbench.tracking import RunHandle
-
-if TYPE_CHECKING:
-    import torch
 
 _Language = known_name(LANGUAGES, "language")
 _Model = known_name(LANG_MODELS, "model")
@@ -203,7 +204,6 @@ class LangsSuite(SuiteDefinition):
 
     def shipped_settings(self, profile: BaseModel) -> list[tuple[dict[str, str], dict[str, str | None]]]:
         """Every language with data settings x every model (RSA models where the profile has their heads)."""
-        from recurbench.tracking import flatten, param_value
 
         assert isinstance(profile, LangsProfile)
         out: list[tuple[dict[str, str], dict[str, str | None]]] = []
@@ -220,29 +220,21 @@ class LangsSuite(SuiteDefinition):
                 except ConfigError:
                     continue
                 out.append(({"language": language, "model": model},
-                            {k: param_value(v) for k, v in flatten(params).items()}))
+                            logged_settings(params)))
         return out
 
     def param_defaults(self) -> dict[str, str]:
         """The network's and training's dataclass defaults, as the runs log them."""
-        from recurbench.tracking import flatten, param_value
 
         defaults = {"network": {f.name: f.default for f in fields(LangModelConfig) if f.name != "rem_k"},
                     "training": {f.name: f.default for f in fields(LangTrainConfig)}}
-        return {k: param_value(v) for k, v in flatten(defaults).items()}
+        return logged_settings(defaults)
 
     # ------------------------------------------------------------------------------------------ run
 
     def execute(
         self, plan: RunPlan, run: RunHandle, progress: ProgressFn, *, data_dir: str | None, device: torch.device
     ) -> dict[str, float]:
-        import torch
-
-        from recurbench.data.langs import load_dataset
-        from recurbench.forecasters.training import count_parameters, rsa_state
-        from recurbench.langs.models import build_recognizer
-        from recurbench.langs.training import EncodedSplit, LangEpoch, train_recognizer
-
         job: LangsJob = plan.payload
         torch.set_num_threads(job.torch_threads)
         progress(0, job.training.epochs, "generating or reading the data")
@@ -309,6 +301,8 @@ class LangsSuite(SuiteDefinition):
                 f"{paper['bin0']:.2f}" if paper else "-", f"{paper['bin1']:.2f}" if paper else "-",
                 f"{statistics.fmean(o.seconds for o in done):.0f}" if done else "-",
             ])
+        if any(row[7] != "-" for row in rows) and (caveat := outcomes_caveat(self, outcomes)):
+            rows.append(footnote_row(f"paper bin 0/1: {caveat}", header))
         return header, rows
 
 
@@ -322,7 +316,7 @@ def _mean_std(values: list[float]) -> str:
 @lru_cache(maxsize=1)
 def paper_reference() -> dict[tuple[str, str], dict[str, float]]:
     """The RSA paper's Table 2: (language, model) -> {"bin0": acc, "bin1": acc}, in recurbench's names."""
-    text = resources.files("recurbench.suites").joinpath("reference/rsa_table2_regular_languages.csv").read_text()
+    text = reference_text("rsa_table2_regular_languages.csv")
     languages = {lang.paper_name: name for name, lang in LANGUAGES.items()}
     out = {}
     for row in csv.DictReader(text.splitlines()):

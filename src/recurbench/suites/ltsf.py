@@ -8,7 +8,7 @@ trains it with Informer's scheme (:func:`recurbench.forecasters.training.train`)
 the hyperparameters (as params), ``train_loss``/``val_loss``/``learning_rate``/``epoch_seconds``
 per epoch (step = epoch), ``test_mse``/``test_mae`` on the scaled test set (every window),
 ``n_params``, ``seconds_per_epoch``, the REM gates sigma(mu) per attention layer
-(``gate.<layer>``) and the fitted REM parameters per head (artifact ``rem_parameters.json``).
+(``gate.<layer>`` after each epoch, ``final_gate.<layer>`` from the weights tested) and the fitted REM parameters per head (artifact ``rem_parameters.json``).
 
 ``summary_rows`` gives MSE/MAE mean +- std over seeds per dataset x horizon x model next to the
 paper's figures (``reference/rsa_table1_ltsf.csv``, copied from the paper's Table 1 / Table 4).
@@ -21,7 +21,6 @@ import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import MISSING, asdict, dataclass, fields, replace
 from functools import lru_cache
-from importlib import resources
 from typing import Annotated, Any, Literal
 
 import torch
@@ -31,11 +30,12 @@ from pydantic import (
     NonNegativeInt,
     PositiveInt,
     ValidationError,
+    ValidationInfo,
     ValidatorFunctionWrapHandler,
     field_validator,
 )
 
-from recurbench.config import StrictModel, Unique, check_unique, known_name
+from recurbench.config import KeyPathError, StrictModel, Unique, check_unique, known_name
 from recurbench.data import DATASETS
 from recurbench.data.protocol import LTSFData, WindowSpec, prepare
 from recurbench.errors import ConfigError, DataError
@@ -50,7 +50,9 @@ from recurbench.forecasters.training import (
     rsa_state,
     train,
 )
-from recurbench.suites.runner import (
+from recurbench.records import flatten, logged_settings, param_value
+from recurbench.reference import reference_text
+from recurbench.suites.base import (
     ProgressFn,
     RunOutcome,
     RunPlan,
@@ -58,6 +60,7 @@ from recurbench.suites.runner import (
     selected_names,
     selected_seeds,
 )
+from recurbench.suites.paper_settings import footnote_row, outcomes_caveat
 from recurbench.tracking import RunHandle
 
 # ------------------------------------------------------------------------------------------ profile
@@ -165,6 +168,26 @@ class LTSFProfile(StrictModel):
     torch_threads: PositiveInt = 1
     """Intra-op threads per run. 1 by default: on a shared 2-core machine, torch's spinning worker
     threads make 2 threads several times slower than 1 as soon as another process competes."""
+
+    @field_validator("rem_heads")
+    @classmethod
+    def _layouts_fit_the_network(
+        cls, value: dict[str, dict[int, dict[str, REMHeads]]], info: ValidationInfo
+    ) -> dict[str, dict[int, dict[str, REMHeads]]]:
+        """Every head layout must fit ``model.n_heads`` and the RSA layer's rules (RSASpec.first_problem):
+        checked as the file loads, so that the error names the file and the layout's key path
+        (``profiles.paper.rem_heads.ETTh1.24.rsa_informer.k``), not only the cell a plan reached."""
+        model = info.data.get("model")
+        if model is None:  # the model settings failed, with their own error
+            return value
+        for dataset, by_horizon in value.items():
+            for horizon, by_model in by_horizon.items():
+                for name, heads in by_model.items():
+                    spec = RSASpec(k=tuple(heads.k), dilations=tuple(heads.dilations))  # type: ignore[arg-type]
+                    if (problem := spec.first_problem(model.n_heads)) is not None:
+                        key, message = problem
+                        raise KeyPathError((dataset, horizon, name, key), message)
+        return value
 
 
 def _training_for(model: str, shared: TrainConfig, ts: TrainingSettings) -> TrainConfig:
@@ -322,7 +345,6 @@ class LTSFSuite(SuiteDefinition):
         """Every dataset x horizon with a ``windows`` entry, x every model (RSA models where the
         profile has their head layout). The params decided by the data and the network rather than the
         profile (:data:`_DERIVED_PARAMS`) are ``None`` (any value)."""
-        from recurbench.tracking import flatten, param_value
 
         assert isinstance(profile, LTSFProfile)
         out: list[tuple[dict[str, str], dict[str, str | None]]] = []
@@ -335,7 +357,7 @@ class LTSFSuite(SuiteDefinition):
                         _, params = _job(profile, dataset, horizon, model, n_features=1, n_marks=1)
                     except ConfigError:
                         continue  # a configuration plan() refuses: no run can have its settings
-                    logged: dict[str, str | None] = {k: param_value(v) for k, v in flatten(params).items()}
+                    logged: dict[str, str | None] = logged_settings(params)
                     logged.update(dict.fromkeys(_DERIVED_PARAMS))
                     out.append(({"dataset": dataset, "horizon": str(horizon), "model": model}, logged))
         return out
@@ -344,7 +366,6 @@ class LTSFSuite(SuiteDefinition):
         """What a run that did not log a param under ``network.``, ``rsa.`` or ``training.`` used: the
         dataclass default, except where a setting arrived with a default other than the behaviour
         before it (:data:`_BEFORE_LOGGED`)."""
-        from recurbench.tracking import flatten, param_value
 
         sections = {"network": ForecasterConfig, "rsa": RSASpec, "training": TrainConfig}
         defaults = flatten({name: _field_defaults(cls) for name, cls in sections.items()})
@@ -424,8 +445,11 @@ class LTSFSuite(SuiteDefinition):
             job: LTSFJob = o.plan.payload
             groups.setdefault((job.dataset, job.window.pred_len, job.model), []).append(o)
         reference = paper_reference()
+        # Runs at other settings than the paper's: its change against the baseline is left out, and a
+        # closing row says why its MSE/MAE are not comparable with ours.
+        caveat = outcomes_caveat(self, outcomes)
         header = ["dataset", "horizon", "model", "seeds", "MSE", "MAE", "paper MSE", "paper MAE", "s/epoch",
-                  "MSE vs baseline (paper)"]
+                  "MSE vs baseline" if caveat else "MSE vs baseline (paper)"]
         finished = {key: [o for o in group if o.status == "FINISHED"] for key, group in groups.items()}
         mean_mse = {key: statistics.fmean(o.metrics["test_mse"] for o in done) for key, done in finished.items() if done}
         rows = []
@@ -440,8 +464,10 @@ class LTSFSuite(SuiteDefinition):
                 f"{paper['mse_mean']:.3f} ± {paper['mse_std']:.3f}" if paper else "-",
                 f"{paper['mae_mean']:.3f} ± {paper['mae_std']:.3f}" if paper else "-",
                 f"{statistics.fmean(o.metrics['seconds_per_epoch'] for o in done):.1f}" if done else "-",
-                _versus_baseline(dataset, horizon, model, mean_mse, reference),
+                _versus_baseline(dataset, horizon, model, mean_mse, {} if caveat else reference),
             ])
+        if caveat and any(row[6] != "-" for row in rows):
+            rows.append(footnote_row(f"paper MSE/MAE: {caveat}", header))
         return header, rows
 
 
@@ -474,7 +500,7 @@ def _mean_std(values: list[float]) -> str:
 @lru_cache(maxsize=1)
 def paper_reference() -> dict[tuple[str, int, str], dict[str, float]]:
     """The RSA paper's Table 1 (with Table 4's standard deviations): (dataset, horizon, model) -> figures."""
-    text = resources.files("recurbench.suites").joinpath("reference/rsa_table1_ltsf.csv").read_text()
+    text = reference_text("rsa_table1_ltsf.csv")
     out = {}
     for row in csv.DictReader(text.splitlines()):
         out[(row["dataset"], int(row["horizon"]), row["model"])] = {

@@ -32,18 +32,27 @@ import statistics
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
 from functools import lru_cache
-from importlib import resources
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import Annotated, Any
 
+import torch
 from pydantic import BaseModel, Field, NonNegativeInt, PositiveInt, model_validator
 
-from recurbench.agents import CORES
+from recurbench.agents.cores import CORES
 from recurbench.config import StrictModel, Unique, check_unique, known_name
 from recurbench.errors import ConfigError
+from recurbench.memory.figures import gradient_figure
 from recurbench.memory.models import SequenceModelConfig
 from recurbench.memory.tasks import MEMORY_TASKS, make_task
-from recurbench.memory.training import OPTIMIZERS, MemoryTrainConfig, kappa_variants
-from recurbench.suites.runner import (
+from recurbench.memory.training import (
+    OPTIMIZERS,
+    LogPoint,
+    MemoryTrainConfig,
+    kappa_variants,
+    train_memory_task,
+)
+from recurbench.records import logged_settings
+from recurbench.reference import reference_text
+from recurbench.suites.base import (
     ProgressFn,
     RunOutcome,
     RunPlan,
@@ -51,10 +60,8 @@ from recurbench.suites.runner import (
     selected_names,
     selected_seeds,
 )
+from recurbench.suites.paper_settings import footnote_row, outcomes_caveat
 from recurbench.tracking import RunHandle
-
-if TYPE_CHECKING:
-    import torch
 
 _Task = known_name(MEMORY_TASKS, "memory task")
 _Core = known_name(CORES, "memory core")
@@ -260,31 +267,24 @@ class MemorySuite(SuiteDefinition):
 
     def shipped_settings(self, profile: BaseModel) -> list[tuple[dict[str, str], dict[str, str | None]]]:
         """Every task x T x core of the profile, and its kappa sweeps."""
-        from recurbench.tracking import flatten, param_value
 
         assert isinstance(profile, MemoryProfile)
         return [({k: v for k, v in tags.items() if k not in ("study", "sweep")},
-                 {k: param_value(v) for k, v in flatten(params).items()})
+                 logged_settings(params))
                 for tags, params, _ in _configurations(profile, list(MEMORY_TASKS), profile.lengths, list(CORES))]
 
     def param_defaults(self) -> dict[str, str]:
         """The task's and training's defaults, as the runs log them."""
-        from recurbench.tracking import flatten, param_value
 
         defaults = {"task_settings": TaskSettings().model_dump(),
                     "training": {k: v for k, v in asdict(MemoryTrainConfig()).items() if k != "updates"}}
-        return {k: param_value(v) for k, v in flatten(defaults).items()}
+        return logged_settings(defaults)
 
     # ------------------------------------------------------------------------------------------ run
 
     def execute(
         self, plan: RunPlan, run: RunHandle, progress: ProgressFn, *, data_dir: str | None, device: torch.device
     ) -> dict[str, float]:
-        import torch
-
-        from recurbench.memory.training import LogPoint, train_memory_task
-        from recurbench.reporting.memory import gradient_figure
-
         job: MemoryJob = plan.payload
         torch.set_num_threads(job.torch_threads)
         task = make_task(job.task, job.T, copy_length=job.copy_length, labels=job.labels)
@@ -340,6 +340,8 @@ class MemorySuite(SuiteDefinition):
                          cell("train_accuracy"), cell("grad_first_init", ".2e"), cell("grad_first_final", ".2e"),
                          f"{paper:.2f}" if paper is not None else "-",
                          f"{statistics.fmean(o.seconds for o in done):.0f}" if done else "-"])
+        if any(row[10] != "-" for row in rows) and (caveat := outcomes_caveat(self, outcomes)):
+            rows.append(footnote_row(f"paper (Table 5): {caveat}", header))
         return header, rows
 
 
@@ -350,6 +352,6 @@ TABLE5_COLUMNS: dict[str, str] = {"lstm": "LSTM", "rellstm": "RelLSTM"}
 @lru_cache(maxsize=1)
 def paper_table5() -> dict[tuple[int, str], float]:
     """Kerg et al.'s Table 5 (copy accuracy): ``(T, core) -> accuracy`` for the LSTM and RelLSTM."""
-    text = resources.files("recurbench.suites").joinpath("reference/kerg_table5_copy.csv").read_text()
+    text = reference_text("kerg_table5_copy.csv")
     return {(int(row["T"]), core): float(row[column])
             for row in csv.DictReader(text.splitlines()) for core, column in TABLE5_COLUMNS.items()}

@@ -15,28 +15,29 @@ runner's standard tags.
 
 ``summary_rows`` gives the means over seeds per pair x core (test/train: the ratio of the two means)
 next to the paper's figures (``reference/kerg_table4_minigrid.csv``; the paper reports MemLSTM and
-RelLSTM only), with how the paper's code produced them (:data:`recurbench.reporting.reference.KERG_TABLE4_CAVEAT`).
+RelLSTM only), with how the paper's code produced them (:data:`recurbench.reference.KERG_TABLE4_CAVEAT`).
 """
 
 from __future__ import annotations
 
-import csv
 import math
 import statistics
-import textwrap
 from collections.abc import Mapping, Sequence
 from functools import lru_cache
-from importlib import resources
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import Annotated, Any
 
+import torch
 from pydantic import AfterValidator, BaseModel, Field, ValidationInfo
 
-from recurbench.agents import CORES
-from recurbench.agents.training import CoreSettings, PPOSettings, mission_len
+from recurbench.agents.cores import CORES
+from recurbench.agents.training import CoreSettings, PPOSettings, mission_len, train_agent
 from recurbench.config import StrictModel, Unique, check_names, check_unique, known_name
 from recurbench.envs import ENV_PAIRS, EnvPair, parse_pair
+from recurbench.envs.minigrid import check_env
 from recurbench.errors import ConfigError
-from recurbench.suites.runner import (
+from recurbench.records import logged_settings
+from recurbench.reference import KERG_TABLE4_CAVEAT, read_table
+from recurbench.suites.base import (
     ProgressFn,
     RunOutcome,
     RunPlan,
@@ -44,10 +45,8 @@ from recurbench.suites.runner import (
     selected_names,
     selected_seeds,
 )
+from recurbench.suites.paper_settings import footnote_row, outcomes_caveat
 from recurbench.tracking import RunHandle
-
-if TYPE_CHECKING:
-    import torch
 
 
 class PairIds(StrictModel):
@@ -97,14 +96,12 @@ class MinigridProfile(StrictModel):
 @lru_cache(maxsize=1)
 def paper_table() -> dict[tuple[str, str, str], dict[str, float]]:
     """``{(train_env, test_env, core): {"train": r, "test": r}}`` from Kerg et al.'s Table 4."""
-    path = resources.files("recurbench.suites").joinpath("reference/kerg_table4_minigrid.csv")
     table: dict[tuple[str, str, str], dict[str, float]] = {}
-    with path.open(encoding="utf-8") as fh:
-        for row in csv.DictReader(fh):
-            for core in ("memlstm", "rellstm"):
-                table[(row["train_env"], row["test_env"], core)] = {
-                    "train": float(row[f"{core}_train"]), "test": float(row[f"{core}_test"])
-                }
+    for row in read_table("kerg_table4_minigrid.csv").to_dict("records"):
+        for core in ("memlstm", "rellstm"):
+            table[(row["train_env"], row["test_env"], core)] = {
+                "train": float(row[f"{core}_train"]), "test": float(row[f"{core}_test"])
+            }
     return table
 
 
@@ -135,8 +132,6 @@ def selected_pairs(profile: MinigridProfile, selection: Mapping[str, Any]) -> li
 def check_pair_envs(pairs: Sequence[EnvPair], core: CoreSettings) -> None:
     """Each env id registered and made once with the observation the agent reads: a bad one is a
     ConfigError naming its pair, before anything trains."""
-    from recurbench.envs.minigrid import check_env
-
     for pair in pairs:
         for role, env_id in (("train", pair.train), ("test", pair.test)):
             try:
@@ -173,29 +168,23 @@ class MinigridSuite(SuiteDefinition):
 
     def shipped_settings(self, profile: BaseModel) -> list[tuple[dict[str, str], dict[str, str | None]]]:
         """Every env pair (shipped and the profile's own) x memory core, at the profile's settings."""
-        from recurbench.tracking import flatten, param_value
 
         assert isinstance(profile, MinigridProfile)
         return [
-            ({"env": name, "agent": core}, {k: param_value(v) for k, v in flatten(_params(profile, pair, core)).items()})
+            ({"env": name, "agent": core}, logged_settings(_params(profile, pair, core)))
             for name, pair in profile.all_pairs().items() for core in CORES
         ]
 
     def param_defaults(self) -> dict[str, str]:
         """PPO's and the core's default settings, as the runs log them: a run from before
         ``core_settings.mission`` was added saw the mission (``True``)."""
-        from recurbench.tracking import flatten, param_value
 
         defaults = {"ppo": PPOSettings().model_dump(), "core_settings": CoreSettings().model_dump()}
-        return {k: param_value(v) for k, v in flatten(defaults).items()}
+        return logged_settings(defaults)
 
     def execute(
         self, plan: RunPlan, run: RunHandle, progress: ProgressFn, *, data_dir: str | None, device: torch.device
     ) -> dict[str, float]:
-        import torch
-
-        from recurbench.agents.training import train_agent
-
         pair, core, profile = plan.payload
         torch.set_num_threads(1)  # small networks: one thread is fastest and leaves cores to the envs
         result = train_agent(
@@ -210,8 +199,6 @@ class MinigridSuite(SuiteDefinition):
         """Per pair x core: finished seeds, mean train and test reward, and test/train as the ratio of
         those means (every finished seed counts, one with train reward 0 too); the paper's figures
         (marked †, with a closing row saying how they were produced)."""
-        from recurbench.reporting.reference import KERG_TABLE4_CAVEAT
-
         groups: dict[tuple[str, str], list[RunOutcome]] = {}
         for o in outcomes:
             groups.setdefault((o.plan.tags["env"], o.plan.tags["agent"]), []).append(o)
@@ -226,9 +213,9 @@ class MinigridSuite(SuiteDefinition):
                 pair_name, core, f"{len(done)}/{len(group)}", _fmt(train), _fmt(test), _ratio(test, train),
                 f"{paper['train']:.2f}" if paper else "-", f"{paper['test']:.2f}" if paper else "-",
             ])
-        if any(row[-1] != "-" for row in rows):  # wrapped to the pair names' width: a footnote, not a wide column
-            note = textwrap.fill(f"† {KERG_TABLE4_CAVEAT}", max(30, *(len(row[0]) for row in rows)))
-            rows.append([note, *[""] * (len(header) - 1)])
+        if any(row[-1] != "-" for row in rows):
+            caveat = outcomes_caveat(self, outcomes)
+            rows.append(footnote_row(f"† {KERG_TABLE4_CAVEAT}" + (f". Ours are {caveat}" if caveat else ""), header))
         return header, rows
 
 

@@ -1,9 +1,8 @@
 """The suite runner: one parent MLflow run per invocation, one nested run per configuration and seed.
 
-A suite is a YAML file shipped in this folder (``<name>.yaml``) plus a :class:`SuiteDefinition`
-that knows how to validate its profiles, plan its runs and execute one of them. The runner owns what
-is common: loading and validating the YAML, seeding, tracking, progress bars, failure handling and
-the final summary. A configuration that raises is ended FAILED (with the error as a tag); the
+A suite (:mod:`recurbench.suites.base`, registered in :mod:`recurbench.suites.registry`) validates
+its profiles, plans its runs and executes one of them. The runner owns what is common: seeding,
+tracking, progress bars, failure handling and the final summary. A configuration that raises is ended FAILED (with the error as a tag); the
 others still run, and the invocation reports the failures at the end.
 
 Runs execute through an engine (:mod:`recurbench.engine`): in this process one at a time, or as Ray
@@ -18,16 +17,6 @@ version did not log read at its default), is not run again; that run's results e
 One driver per store at a time: a run of a configuration and seed that this invocation is about to
 run, found RUNNING in the store, was left so by a driver killed outright (SIGKILL, a machine that
 stopped). It is ended FAILED with the reason before the configuration runs again.
-
-Suite YAML layout::
-
-    suite: ltsf                    # must equal the file's name
-    description: ...
-    profiles:
-      quick: {...}                 # validated by the suite's profile model
-      paper: {...}
-
-YAML anchors and merge keys (``<<: *base``) are the way to share settings between profiles.
 """
 
 from __future__ import annotations
@@ -37,232 +26,17 @@ import json
 import os
 import statistics
 import time
-from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
-from importlib import resources
-from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from pydantic import BaseModel
-
-from recurbench.config import StrictModel, check_names, deep_merge, parse_overrides, read_yaml, validate
-from recurbench.devices import describe_device, resolve_device
+from recurbench.devices import describe_device
 from recurbench.engine import EngineSpec, Session, open_session, task_device
 from recurbench.errors import ConfigError, RecurbenchError
+from recurbench.records import RunRecord, has_settings, logged_settings
 from recurbench.seeding import seed_everything
-from recurbench.tracking import (
-    RunHandle,
-    RunRecord,
-    Tracker,
-    experiment_name,
-    flatten,
-    param_value,
-    standard_tags,
-)
-
-if TYPE_CHECKING:
-    import torch
-
-#: Reports progress of one run: ``progress(completed, total, description)``.
-ProgressFn = Callable[[float, float, str], None]
-
-
-@dataclass(frozen=True)
-class RunPlan:
-    """One configuration x seed of a suite, fully resolved before anything trains."""
-
-    name: str
-    seed: int
-    tags: dict[str, str]
-    params: dict[str, Any]
-    payload: Any = None
-    """Whatever the suite needs to execute the run (typed configs, not strings)."""
-
-
-@dataclass
-class RunOutcome:
-    plan: RunPlan
-    status: str  # FINISHED | FAILED | PLANNED (a dry run)
-    metrics: dict[str, float] = field(default_factory=dict)
-    error: str | None = None
-    run_id: str | None = None
-    seconds: float = 0.0
-    reused: bool = False
-    """A run found FINISHED in the store (``skip_finished``), not run by this invocation."""
-
-
-@dataclass
-class SuiteResult:
-    suite: str
-    profile: str
-    parent_run_id: str | None
-    outcomes: list[RunOutcome]
-
-    @property
-    def failed(self) -> list[RunOutcome]:
-        return [o for o in self.outcomes if o.status == "FAILED"]
-
-    @property
-    def reused(self) -> list[RunOutcome]:
-        return [o for o in self.outcomes if o.reused]
-
-    stale: list[str] = field(default_factory=list)
-    """Runs found RUNNING for the configurations run here (left by a killed driver), ended FAILED."""
-
-
-class SuiteDefinition(ABC):
-    """What a suite provides to the runner."""
-
-    name: str
-    profile_model: type[StrictModel]
-    default_device: str = "auto"
-    """The device its runs train on when ``--device`` is not given (see :mod:`recurbench.devices`)."""
-    headline_metrics: tuple[str, ...] = ()
-    """The metrics :meth:`execute` returns (and logs): a stored run is reused only if it has them all."""
-    execute_params: tuple[str, ...] = ()
-    """Params :meth:`execute` logs beside the plan's (the data's window counts, say): any value matches."""
-
-    def target_device(self, device: str | None) -> torch.device:
-        """``--device`` (None: :attr:`default_device`) as a device this machine has, else a ConfigError."""
-        return resolve_device(device or self.default_device, what="--device")
-
-    @abstractmethod
-    def plan(self, profile: BaseModel, selection: Mapping[str, Any], *, data_dir: str | None) -> list[RunPlan]:
-        """Expand a profile (narrowed by command-line ``selection``) into runs, validating everything
-        that can be checked before training (names, shapes, data availability)."""
-
-    @abstractmethod
-    def execute(
-        self, plan: RunPlan, run: RunHandle, progress: ProgressFn, *, data_dir: str | None, device: torch.device
-    ) -> dict[str, float]:
-        """Run one plan on ``device``, logging to ``run``; returns its headline metrics."""
-
-    def param_defaults(self) -> dict[str, str]:
-        """The value each logged setting takes when a run does not log it, as dotted param keys.
-
-        A run logged by an older version lacks the settings added since; each was added with the old
-        behaviour as its default, so comparisons read the missing param as this value (see
-        :func:`recurbench.reporting.runs.settings_diff`). Default: none known."""
-        return {}
-
-    def shipped_settings(self, profile: BaseModel) -> list[tuple[dict[str, str], dict[str, str | None]]]:
-        """What a run of each configuration logs with ``profile`` as it stands: ``(tags, params)``
-        pairs, the tags naming the configuration (``dataset``/``horizon``/``model``), the params as
-        the logged text (dotted keys, seed aside), ``None`` where the value is not the profile's to
-        decide (say, the data's feature count). Comparisons prefer runs with these settings (see
-        :func:`recurbench.reporting.runs.load_runs`). Default: none known."""
-        return []
-
-    def summary_rows(self, outcomes: Sequence[RunOutcome]) -> tuple[list[str], list[list[str]]]:
-        """Header and rows of the table printed at the end (default: one row per run)."""
-        keys = sorted({k for o in outcomes for k in o.metrics})
-        rows = [
-            [o.plan.name, o.status, *(f"{o.metrics[k]:.4f}" if k in o.metrics else "-" for k in keys)]
-            for o in outcomes
-        ]
-        return ["run", "status", *keys], rows
-
-
-def selected_names(
-    selection: Mapping[str, Any], key: str, default: Sequence[str], known: Mapping[str, Any], what: str
-) -> list[str]:
-    """The command line's ``--<key>`` choice, else the profile's ``default``; each name checked
-    against ``known`` (a typo in the profile itself is already caught when the profile is validated)."""
-    names = list(selection.get(key) or default)
-    check_names(names, known, what, f"--{key}")
-    return names
-
-
-def selected_seeds(selection: Mapping[str, Any], default: int) -> range:
-    """The seeds to run: ``--seeds`` (else the profile's seed count) consecutive seeds starting at
-    ``--first-seed`` (default 0), so that more seeds can be added to a finished set later."""
-    seeds = int(selection.get("seeds") or default)
-    if seeds < 1:
-        raise ConfigError(f"seeds: must be at least 1 (from --seeds or the profile), got {seeds}")
-    first = int(selection.get("first_seed") or 0)
-    if first < 0:
-        raise ConfigError(f"first seed: must be at least 0 (from --first-seed), got {first}")
-    return range(first, first + seeds)
-
-
-def _definitions() -> dict[str, Callable[[], SuiteDefinition]]:
-    # Imported lazily so that `recurbench list` and `data` do not pay for torch models or SB3.
-    def ltsf() -> SuiteDefinition:
-        from recurbench.suites.ltsf import LTSFSuite
-
-        return LTSFSuite()
-
-    def minigrid() -> SuiteDefinition:
-        from recurbench.suites.minigrid import MinigridSuite
-
-        return MinigridSuite()
-
-    def langs() -> SuiteDefinition:
-        from recurbench.suites.langs import LangsSuite
-
-        return LangsSuite()
-
-    def memory() -> SuiteDefinition:
-        from recurbench.suites.memory import MemorySuite
-
-        return MemorySuite()
-
-    return {"ltsf": ltsf, "minigrid": minigrid, "langs": langs, "memory": memory}
-
-
-SUITES: dict[str, Callable[[], SuiteDefinition]] = _definitions()
-
-
-def suite_file(name: str) -> Path:
-    return Path(str(resources.files("recurbench.suites").joinpath(f"{name}.yaml")))
-
-
-def list_suites() -> dict[str, dict[str, Any]]:
-    """Shipped suites with their description and profile names."""
-    out = {}
-    for name in SUITES:
-        path = suite_file(name)
-        if path.is_file():
-            raw = read_yaml(path)
-            out[name] = {"description": raw.get("description", ""), "profiles": list(raw.get("profiles", {}))}
-    return out
-
-
-class SuiteFile(StrictModel):
-    suite: str
-    description: str = ""
-    profiles: dict[str, dict[str, Any]]
-
-
-def load_profile(
-    name: str, profile: str, path: str | os.PathLike[str] | None = None, overrides: Sequence[str] = ()
-) -> tuple[SuiteDefinition, BaseModel]:
-    """Load suite ``name`` (or the YAML at ``path``) and validate one of its profiles, with the
-    command line's ``--set KEY=VALUE`` ``overrides`` applied on top of it (see
-    :func:`recurbench.config.parse_overrides`)."""
-    if name not in SUITES:
-        raise ConfigError(f"unknown suite {name!r}; known suites: {', '.join(SUITES)}")
-    definition = SUITES[name]()
-    source = Path(path) if path is not None else suite_file(name)
-    raw = read_yaml(source)
-    header = validate(SuiteFile, raw, str(source))
-    if header.suite != name:
-        raise ConfigError(f"{source}: suite: the file defines suite {header.suite!r}, expected {name!r}")
-    if profile not in header.profiles:
-        raise ConfigError(
-            f"{source}: profiles: no profile {profile!r}; available: {', '.join(header.profiles)}"
-        )
-    raw_profile = header.profiles[profile]
-    if overrides:
-        raw_profile = deep_merge(raw_profile, parse_overrides(overrides))
-    try:
-        cfg = validate(definition.profile_model, raw_profile, str(source), prefix=f"profiles.{profile}")
-    except ConfigError as exc:
-        if not overrides:
-            raise
-        raise ConfigError(f"{exc} (with {' '.join('--set ' + o for o in overrides)})") from None
-    return definition, cfg
+from recurbench.suites.base import ProgressFn, RunOutcome, RunPlan, SuiteDefinition, SuiteResult
+from recurbench.suites.registry import load_profile
+from recurbench.tracking import Tracker, experiment_name, standard_tags
 
 
 def run_suite(
@@ -435,7 +209,7 @@ def plan_key(suite: str, profile: str, plan: RunPlan) -> str:
     """A digest naming what a run of ``plan`` computes: suite, profile, configuration tags, seed and
     every setting (as logged), so that the runs of one plan can be found in the store."""
     what = {"suite": suite, "profile": profile, "tags": plan.tags, "seed": plan.seed,
-            "params": {k: param_value(v) for k, v in flatten(plan.params).items()}}
+            "params": logged_settings(plan.params)}
     return hashlib.sha256(json.dumps(what, sort_keys=True).encode()).hexdigest()[:20]
 
 
@@ -453,17 +227,47 @@ def typical_seconds(name: str, profile: str, tracker: Tracker, plans: Sequence[R
     return {i: statistics.median(t) for i, t in found.items() if t}
 
 
+def describe_dry_run(result: SuiteResult, tracker: Tracker) -> tuple[list[list[str]], list[str]]:
+    """What a dry run (``run_suite(..., dry_run=True)``) found: a row per run (name, seed, status, with
+    the typical time of a run still to do, :func:`typical_seconds`), and the summary lines."""
+    outcomes = result.outcomes
+    typical = typical_seconds(result.suite, result.profile, tracker, [o.plan for o in outcomes])
+    rows = []
+    for i, o in enumerate(outcomes):
+        status = f"finished: run {o.run_id}" if o.status == "FINISHED" else "to run"
+        if i in typical and o.status == "PLANNED":
+            status += f" (typically {duration(typical[i])})"
+        rows.append([o.plan.name, str(o.plan.seed), status])
+    todo = [i for i, o in enumerate(outcomes) if o.status == "PLANNED"]
+    lines = [f"{len(todo)} run(s) to run, {len(result.reused)} already finished; nothing was trained or written"]
+    if known := [typical[i] for i in todo if i in typical]:
+        lines.append(
+            f"typical time of the {len(known)} run(s) to run that have one: {duration(sum(known))} in all (the "
+            "median wall time of this store's finished runs of the same configuration, on the machines that ran them)"
+            + (f"; {len(todo) - len(known)} have no finished run of their configuration to go by"
+               if len(known) < len(todo) else "")
+        )
+    return rows, lines
+
+
+def duration(seconds: float) -> str:
+    """``42 s``, ``12 min``, ``3.4 h``."""
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    if seconds < 90 * 60:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
 def stored_outcomes(
     definition: SuiteDefinition, tracker: Tracker, experiment: str, profile: str, plans: Sequence[RunPlan],
     status: str = "FINISHED",
 ) -> dict[int, RunOutcome]:
     """The plans (by index) that already have a run in ``status`` in the store: same suite, profile,
-    configuration tags and seed, the same settings (:func:`recurbench.reporting.runs.has_settings`,
+    configuration tags and seed, the same settings (:func:`recurbench.records.has_settings`,
     with :attr:`SuiteDefinition.execute_params` matching any value) and, when FINISHED, every headline
     metric. The newest such run stands for the plan: a FINISHED one is reused (``reused``, with its
     headline metrics)."""
-    from recurbench.reporting.runs import has_settings
-
     stored = tracker.stored_runs(experiment, {"suite": definition.name, "profile": profile}, status)  # newest first
     finished = status == "FINISHED"
     if not stored:
@@ -475,7 +279,7 @@ def stored_outcomes(
         by_config.setdefault(tuple(run.tags.get(k) for k in keys), []).append(run)
     found: dict[int, RunOutcome] = {}
     for index, plan in enumerate(plans):
-        settings: dict[str, str | None] = {k: param_value(v) for k, v in flatten(plan.params).items()}
+        settings: dict[str, str | None] = logged_settings(plan.params)
         settings.update(dict.fromkeys(definition.execute_params))
         wanted = {**plan.tags, "seed": str(plan.seed)}
         for run in by_config.get(tuple(wanted.get(k) for k in keys), []):

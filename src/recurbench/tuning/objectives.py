@@ -9,14 +9,32 @@ tuning), reporting the validation loss every epoch so the pruner can stop bad tr
 from __future__ import annotations
 
 import dataclasses
+import os
+import tempfile
 from dataclasses import dataclass
 from functools import cached_property
+from pathlib import Path
 from typing import Any
 
+import numpy as np
 import optuna
+import torch
+import yaml
+from stable_baselines3.common.callbacks import BaseCallback
 
+from recurbench.agents.cores import CORES
+from recurbench.agents.training import evaluate, make_agent
+from recurbench.config import deep_merge, parse_overrides, read_yaml
+from recurbench.data import prepare
+from recurbench.envs import ENV_PAIRS
+from recurbench.envs.minigrid import env_max_steps
 from recurbench.errors import ConfigError
+from recurbench.forecasters.models import ARCHITECTURES, build_network
+from recurbench.forecasters.training import ValCheck, train
 from recurbench.runtime import raise_if_terminated
+from recurbench.seeding import seed_everything
+from recurbench.suites.base import suite_file
+from recurbench.suites.registry import load_profile
 from recurbench.tracking import RunHandle
 from recurbench.tuning.spaces import dilation_candidates, seasonal_periods, suggest_rem_heads
 from recurbench.tuning.study import Objective
@@ -43,9 +61,6 @@ class LTSFObjective(Objective):
 
     @cached_property
     def job(self) -> Any:
-        from recurbench.forecasters.models import ARCHITECTURES
-        from recurbench.suites.runner import load_profile
-
         if self.model not in ARCHITECTURES or not ARCHITECTURES[self.model].rsa:
             rsa = [name for name, arch in ARCHITECTURES.items() if arch.rsa]
             raise ConfigError(f"--model {self.model!r}: REM heads can only be tuned for RSA models ({', '.join(rsa)})")
@@ -58,8 +73,6 @@ class LTSFObjective(Objective):
 
     @cached_property
     def data(self) -> Any:
-        from recurbench.data import prepare
-
         return prepare(self.dataset, self.job.window, self.data_dir)
 
     @cached_property
@@ -107,12 +120,6 @@ class LTSFObjective(Objective):
         return tuned
 
     def __call__(self, trial: optuna.Trial, run: RunHandle) -> float:
-        import torch
-
-        from recurbench.forecasters.models import build_network
-        from recurbench.forecasters.training import ValCheck, train
-        from recurbench.seeding import seed_everything
-
         job = self.job
         n_heads = job.network.n_heads
         choice = suggest_rem_heads(trial, n_heads, self.dilations)
@@ -165,15 +172,6 @@ def write_best_profile(objective: LTSFObjective | MinigridObjective, best: optun
     """Write a suite file whose one profile is the study's profile narrowed to its target and set to
     the best trial's configuration: ``recurbench run SUITE --config PATH --profile tuned`` trains it.
     Written to a temporary file first, then moved into place."""
-    import os
-    import tempfile
-    from pathlib import Path
-
-    import yaml
-
-    from recurbench.config import deep_merge, parse_overrides, read_yaml
-    from recurbench.suites.runner import suite_file
-
     source = objective.config if objective.config is not None else suite_file(objective.suite)
     base = deep_merge(read_yaml(source)["profiles"][objective.profile], parse_overrides(objective.overrides))
     doc = {
@@ -212,10 +210,6 @@ class MinigridObjective(Objective):
 
     @cached_property
     def job(self) -> Any:
-        from recurbench.agents import CORES
-        from recurbench.envs import ENV_PAIRS
-        from recurbench.suites.runner import load_profile
-
         if self.model not in CORES:
             raise ConfigError(f"--model {self.model!r}: unknown core; known: {', '.join(CORES)}")
         if self.env not in ENV_PAIRS:
@@ -230,8 +224,6 @@ class MinigridObjective(Objective):
 
     def suggest(self, trial: optuna.Trial) -> tuple[Any, Any]:
         """(PPOSettings, CoreSettings) for one trial."""
-        from recurbench.envs.minigrid import env_max_steps
-
         pair, cfg = self.job
         ppo_updates: dict[str, Any] = {
             "learning_rate": trial.suggest_float("learning_rate", 1e-4, 3e-3, log=True),
@@ -252,13 +244,6 @@ class MinigridObjective(Objective):
         return {**base, "envs": [self.env], "models": [self.model], "ppo": ppo.model_dump(), "core": core.model_dump()}
 
     def __call__(self, trial: optuna.Trial, run: RunHandle) -> float:
-        import numpy as np
-        import torch
-        from stable_baselines3.common.callbacks import BaseCallback
-
-        from recurbench.agents.training import evaluate, make_agent
-        from recurbench.seeding import seed_everything
-
         pair, cfg = self.job
         ppo, core = self.suggest(trial)
         run.log_params({"ppo": ppo.model_dump(), "core": core.model_dump()})

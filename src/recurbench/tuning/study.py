@@ -37,6 +37,7 @@ from typing import Any
 
 import optuna
 from optuna.storages import RDBStorage, RetryFailedTrialCallback
+from optuna.storages.journal import JournalFileBackend, JournalStorage
 from optuna.study import MaxTrialsCallback
 from optuna.trial import TrialState
 
@@ -128,7 +129,7 @@ def is_journal(url: str | None) -> bool:
 def _retry_kwargs(max_retry: int) -> dict[str, Any]:
     # Optuna >= 4.9 renamed the callback and its argument; older releases only know the first name.
     try:
-        from optuna.storages import RetryHeartbeatStaleTrialCallback
+        from optuna.storages import RetryHeartbeatStaleTrialCallback  # noqa: PLC0415 - Optuna >= 4.9 only
 
         return {"heartbeat_stale_trial_callback": RetryHeartbeatStaleTrialCallback(max_retry=max_retry)}
     except ImportError:
@@ -143,8 +144,6 @@ def make_storage(
     url = url or DEFAULT_STORAGE
     what = f"Optuna storage {url}"
     if is_journal(url):
-        from optuna.storages.journal import JournalFileBackend, JournalStorage
-
         path = Path(url.removeprefix("journal:"))
         _writable_folder(path.parent, what)
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -324,11 +323,11 @@ def run_study(
 
 
 def _log_figures(study: optuna.Study, run: RunHandle) -> None:
-    import matplotlib
+    import matplotlib  # noqa: PLC0415 - matplotlib's Agg backend is chosen before pyplot loads, only when figures are drawn
 
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    from optuna.visualization import matplotlib as ovm
+    import matplotlib.pyplot as plt  # noqa: PLC0415 - matplotlib's Agg backend is chosen before pyplot loads, only when figures are drawn
+    from optuna.visualization import matplotlib as ovm  # noqa: PLC0415 - matplotlib's Agg backend is chosen before pyplot loads, only when figures are drawn
 
     figures = {
         "optimization_history.png": ovm.plot_optimization_history,

@@ -97,6 +97,18 @@ def test_unpaired_cyclical_heads_when_allowed():
     assert cfg.head_kinds() == ("cos", "cos", "cos", "sin")
 
 
+def test_unpaired_cyclical_heads_are_refused_with_a_fix_every_caller_can_apply():
+    # The message used to suggest allow_unpaired, which the suites' files and the estimators refuse; it
+    # now asks for what they all accept, equal counts.
+    with pytest.raises(ConfigError) as info:
+        REMHeadConfig(k=(1, 1, 1, 0, 2, 1), dilations=(2, 3, 4))
+    assert str(info.value) == (
+        "cyclical REM heads come in pairs: k5=2 != k6=1; give k5 (cos) and k6 (sin) the same count, "
+        "one sin head per cos head"
+    )
+    assert REMHeadConfig(k=(1, 1, 1, 0, 2, 2), dilations=(2, 3, 4, 5)).head_kinds()[-4:] == ("cos", "cos", "sin", "sin")
+
+
 def test_cross_attention_with_query_positions_matches_dense_rem():
     """Decoder queries offset in the encoder frame (Informer's cross-attention), through the mixer."""
     layer = RSAFullAttention(16, 4, REMHeadConfig(k=(2, 1, 1, 0, 0, 0), truncate=10), gate_init=math.inf).double()

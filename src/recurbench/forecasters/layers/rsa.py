@@ -43,7 +43,9 @@ class REMHeadConfig:
     dilations: tuple[int, ...] = ()
     """One dilation factor (>= 1) per dilated head: k4 + k5 + k6 entries."""
     allow_unpaired: bool = False
-    """Allow k2 != k3 or k5 != k6 (cyclical heads normally come in cos/sin pairs)."""
+    """Allow k2 != k3 or k5 != k6 (cyclical heads normally come in cos/sin pairs). Only for building the
+    layer directly (``kernels/compile.py``, tests): the suites' files and the estimators describe heads by
+    their counts alone, so their error for an unpaired layout asks for equal counts instead."""
     truncate: int | None = None
     """Drop REM entries whose exponent exceeds this lag (the paper's K = 200); None keeps all."""
 
@@ -60,8 +62,8 @@ class REMHeadConfig:
             for a, b in ((2, 3), (5, 6)):
                 if k[a - 1] != k[b - 1]:
                     raise ConfigError(
-                        f"cyclical REM heads come in pairs: k{a}={k[a - 1]} != k{b}={k[b - 1]} "
-                        "(set allow_unpaired=True to allow this)"
+                        f"cyclical REM heads come in pairs: k{a}={k[a - 1]} != k{b}={k[b - 1]}; give k{a} "
+                        f"(cos) and k{b} (sin) the same count, one sin head per cos head"
                     )
         dil = tuple(self.dilations)
         n_dilated = k[3] + k[4] + k[5]

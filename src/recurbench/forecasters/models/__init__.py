@@ -1,4 +1,6 @@
-"""One module per architecture; ``ARCHITECTURES`` maps each model name to its class and RSA flag."""
+"""One module per architecture; ``ARCHITECTURES`` maps each model's name (as suites and the command line
+use it) to its network class, RSA flag, Table 1 column and description. The sktime estimators wrap
+the same networks under the same names (:data:`recurbench.forecasters.estimators.ESTIMATORS`)."""
 
 from __future__ import annotations
 
@@ -18,17 +20,24 @@ class Architecture:
     rsa: bool
     paper_name: str
     """The model's column in the RSA paper's Table 1."""
+    description: str
+    """What ``recurbench list models`` says of it."""
     baseline: str | None = None
     """An RSA variant's baseline model (the same network without REMs)."""
 
 
 ARCHITECTURES: dict[str, Architecture] = {
-    "informer": Architecture(Informer, False, "Informer"),
-    "rsa_informer": Architecture(Informer, True, "RSA-Informer", "informer"),
-    "logsparse": Architecture(LogSparseTransformer, False, "LogSparse"),
-    "rsa_logsparse": Architecture(LogSparseTransformer, True, "RSA-LogSparse", "logsparse"),
-    "xl": Architecture(TransformerXL, False, "XL"),
-    "rsa_xl": Architecture(TransformerXL, True, "RSA-XL", "xl"),
+    "informer": Architecture(Informer, False, "Informer", "Informer (Zhou et al. 2021): ProbSparse attention, "
+                             "generative decoder; self-attention distilling off, as in the RSA paper (App. D.4)"),
+    "rsa_informer": Architecture(Informer, True, "RSA-Informer", "Informer with RSA (REMs mixed into every "
+                                 "attention through a learned gate; no distilling)", "informer"),
+    "logsparse": Architecture(LogSparseTransformer, False, "LogSparse", "LogSparse Transformer (Li et al. 2019): "
+                              "causal convolutional, log-sparse attention"),
+    "rsa_logsparse": Architecture(LogSparseTransformer, True, "RSA-LogSparse", "LogSparse Transformer with RSA",
+                                  "logsparse"),
+    "xl": Architecture(TransformerXL, False, "XL", "Transformer-XL for forecasting: segment recurrence, relative "
+                       "positions"),
+    "rsa_xl": Architecture(TransformerXL, True, "RSA-XL", "Transformer-XL with RSA", "xl"),
 }
 
 

@@ -23,7 +23,7 @@ __all__ = ["MemoryStep", "memory_attention_step", "memory_attention_step_referen
 
 def triton_available() -> bool:
     try:
-        import triton  # noqa: F401
+        import triton  # noqa: F401, PLC0415 - triton is optional (the gpu extra)
     except ImportError:
         return False
     return True
@@ -61,7 +61,7 @@ def memory_attention_step(
     if backend == "torch":
         return memory_attention_step_reference(query, keys, values, scores, valid, steps, new_key, new_value, v, nu=nu)
     if backend == "triton":
-        from recurbench.kernels.memattn.triton import memory_attention_step_triton
+        from recurbench.kernels.memattn.triton import memory_attention_step_triton  # noqa: PLC0415 - triton is optional (the gpu extra)
 
         return memory_attention_step_triton(query, keys, values, scores, valid, steps, new_key, new_value, v, nu=nu)
     raise ValueError(f"memory_attention_step: unknown backend {backend!r}; choose auto, torch or triton")

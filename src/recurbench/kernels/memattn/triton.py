@@ -20,7 +20,7 @@ import triton
 import triton.language as tl
 from torch import Tensor
 
-from recurbench.kernels.compile import KernelLaunch
+from recurbench.kernels.launch import KernelLaunch
 from recurbench.kernels.memattn.naive import MemoryStep
 
 

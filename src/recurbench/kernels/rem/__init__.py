@@ -88,10 +88,10 @@ def rem_apply(
     B, Tk, H, _ = v.shape
     layout = make_layout(kind, dilation, H)
     _check_truncate(truncate)
-    impl = _resolve_impl(impl, v)
+    impl = resolve_impl(impl, v)
     compute_dtype = v.dtype if v.dtype in (torch.float32, torch.float64) else torch.float32
     base, angle = head_params(layout, eta, nu, theta, compute_dtype, v.device)
-    span = _range_span(query_positions, Tk)
+    span = range_span(query_positions, Tk)
     pos = normalize_positions(_as_tensor(query_positions, v.device), B, Tk, H, v.device)
     x = v.to(compute_dtype)
 
@@ -211,7 +211,7 @@ def _as_tensor(query_positions: torch.Tensor | range | None, device: torch.devic
     return query_positions
 
 
-def _range_span(query_positions: torch.Tensor | range | None, n_keys: int) -> tuple[int, int] | None:
+def range_span(query_positions: torch.Tensor | range | None, n_keys: int) -> tuple[int, int] | None:
     """(lo, hi) of the padded square computation for static positions; None for tensors."""
     if not isinstance(query_positions, range):
         return None
@@ -273,11 +273,11 @@ def _check_truncate(truncate: int | None) -> None:
         raise ValueError(f"truncate must be None or an integer >= 0, got {truncate!r}")
 
 
-def _resolve_impl(impl: str | None, v: torch.Tensor) -> str:
+def resolve_impl(impl: str | None, v: torch.Tensor) -> str:
     if impl is None:
         if v.is_cuda:
             try:
-                import triton  # noqa: F401
+                import triton  # noqa: F401, PLC0415 - triton is optional (the gpu extra)
             except ImportError:
                 return "chunked"
             return "triton"
@@ -289,7 +289,7 @@ def _resolve_impl(impl: str | None, v: torch.Tensor) -> str:
 
 def _square(x, layout: HeadLayout, base, angle, masked, truncate, impl, chunk_size):
     if impl == "triton":
-        from recurbench.kernels.rem.triton import rem_triton_square
+        from recurbench.kernels.rem.triton import rem_triton_square  # noqa: PLC0415 - triton is optional (the gpu extra)
 
         return rem_triton_square(x, layout, base, angle, masked=masked, truncate=truncate, chunk_size=chunk_size)
     return rem_chunked_square(

@@ -21,7 +21,7 @@ block products only when ``torch.backends.cuda.matmul.allow_tf32`` is set; fp64 
 
 Every launch is described by :func:`_geometry` (block sizes, precision, warps) and built by
 :func:`_scan_launches` / :func:`_dparam_launches`, which the op runs and which
-:mod:`recurbench.kernels.compile` compiles ahead of time for sm_80 and sm_90 (registers, spills,
+:mod:`recurbench.kernels.compile` (driven by :mod:`recurbench.bench.kernels`) compiles ahead of time for sm_80 and sm_90 (registers, spills,
 shared memory: ``recurbench bench kernels``). The tile limits in :func:`_geometry` come from there:
 with IEEE products, C = 64 spilled registers on both architectures, and so did C x BD = 32 x 32 in fp64.
 
@@ -38,7 +38,7 @@ import triton
 import triton.language as tl
 from torch.library import triton_op, wrap_triton
 
-from recurbench.kernels.compile import KernelLaunch
+from recurbench.kernels.launch import KernelLaunch
 from recurbench.kernels.rem.heads import HeadLayout, kernel_values, powers
 
 

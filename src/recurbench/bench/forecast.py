@@ -22,6 +22,7 @@ from recurbench.errors import ConfigError
 from recurbench.forecasters.config import ForecasterConfig, RSASpec
 from recurbench.forecasters.models import ARCHITECTURES, build_network
 from recurbench.forecasters.training import count_parameters, forecast_batch
+from recurbench.suites.registry import load_profile
 
 
 def bench_forecast(
@@ -30,8 +31,6 @@ def bench_forecast(
 ) -> dict[str, Any]:
     """Time one training epoch (or ``max_batches`` of it, extrapolated) on ``device`` (see
     :mod:`recurbench.devices`); returns a JSON-able dict."""
-    from recurbench.suites.runner import load_profile
-
     target = resolve_device(device, what="--device")
 
     if model not in ARCHITECTURES:

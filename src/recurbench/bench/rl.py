@@ -77,7 +77,7 @@ def bench_rl(
     out: dict[str, Any] = {"fps": fps, "fps_cpu": fps_cpu, "settings": {**asdict(s), "test_env_id": s.window_env()},
                            "device": "cpu", "torch_threads": s.threads}
     if include_sb3_contrib:
-        from sb3_contrib import RecurrentPPO
+        from sb3_contrib import RecurrentPPO  # noqa: PLC0415 - sb3-contrib is optional (the dev extra): the peer it is timed against
 
         progress("sb3-contrib RecurrentPPO")
         peer = RecurrentPPO(

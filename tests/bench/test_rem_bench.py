@@ -5,7 +5,7 @@ import statistics
 import pytest
 import torch
 
-from recurbench.kernels.rem import bench
+from recurbench.bench import rem as bench
 
 
 def test_paired_steps_alternate_which_layer_goes_first_after_a_warm_up(monkeypatch):

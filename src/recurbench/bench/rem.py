@@ -40,7 +40,10 @@ from typing import Any
 import torch
 
 from recurbench.devices import describe_device, resolve_device, synchronize
-from recurbench.kernels.rem import _resolve_impl, rem_apply
+from recurbench.errors import ConfigError
+from recurbench.forecasters.layers.attention import AttentionLayer, ProbSparseAttention
+from recurbench.forecasters.layers.rsa import REMHeadConfig, RSAFullAttention, RSAMixer
+from recurbench.kernels.rem import IMPLS, rem_apply, resolve_impl
 
 SIX_TYPES = (("regular", 1), ("cos", 1), ("sin", 1), ("regular", 24), ("cos", 24), ("sin", 24))
 
@@ -136,7 +139,7 @@ def peak_memory(cfg: dict[str, Any], impl: str | None) -> int:
     if dev.type != "cpu":
         raise ValueError(f"peak memory is measured on the CPU and on CUDA only, not on {dev}")
     code = (
-        "import json, sys; from recurbench.kernels.rem.bench import _peak_worker; "
+        "import json, sys; from recurbench.bench.rem import _peak_worker; "
         "print(_peak_worker(json.loads(sys.argv[1]), json.loads(sys.argv[2])))"
     )
     done = subprocess.run(
@@ -161,7 +164,7 @@ def hbm_peak_bandwidth(device: torch.device) -> float | None:
     if device.type != "cuda":
         return None
     try:
-        import pynvml
+        import pynvml  # noqa: PLC0415 - pynvml is optional (the gpu extra)
     except ImportError:
         return None
     try:
@@ -231,7 +234,7 @@ def bench_rem(
         "dilation": dilation, "truncate": truncate, "dtype": dtype, "device": str(dev), "threads": threads,
     }
     v, params = _inputs(cfg)
-    default_impl = _resolve_impl(None, v)  # what rem_apply runs by default: Triton on CUDA where installed
+    default_impl = resolve_impl(None, v)  # what rem_apply runs by default: Triton on CUDA where installed
     for _ in range(2):  # warm-up: the first calls of a fresh process also grow its heap
         _fwd_bwd(v, params, default_impl)
     faults_before = _minor_faults()
@@ -334,15 +337,17 @@ def bench_rsa(
     ``pairs`` alternating pairs: ``time_sdpa_alone_s`` (softmax attention through
     ``scaled_dot_product_attention`` itself) against ``time_rsa_attention_s`` (the RSA layer's
     attention with its REM mix, :meth:`AttentionLayer.attend`); ``rsa_attention_vs_sdpa`` is their ratio."""
-    from recurbench.forecasters.layers.attention import AttentionLayer, ProbSparseAttention
-    from recurbench.forecasters.layers.rsa import REMHeadConfig, RSAFullAttention, RSAMixer
-
+    if impl is not None and impl not in IMPLS:
+        raise ConfigError(f"--impl must be one of {', '.join(IMPLS)}, got {impl!r}")
     if attention not in BASELINE_ATTENTIONS:
-        raise ValueError(f"attention must be one of {', '.join(BASELINE_ATTENTIONS)}, got {attention!r}")
+        raise ConfigError(f"--attention must be one of {', '.join(BASELINE_ATTENTIONS)}, got {attention!r}")
+    heads_cfg = REMHeadConfig.from_table5(k1_k6, dilations)
+    if heads_cfg.n_heads != heads:
+        raise ConfigError(f"--k {k1_k6} fills {heads_cfg.n_heads} heads, but --heads is {heads}: give --k and "
+                          f"--dilations for {heads} heads")
     torch.set_num_threads(threads)
     dev = resolve_device(device, what="--device")
     d_model = heads * head_dim
-    heads_cfg = REMHeadConfig.from_table5(k1_k6, dilations)
     gen = torch.Generator().manual_seed(0)
     x = torch.randn(batch, seq_len, d_model, generator=gen).to(dev)
     target = torch.randn(batch, seq_len, d_model, generator=gen).to(dev)
@@ -405,7 +410,7 @@ def bench_rsa(
 def _minor_faults() -> int | None:
     """Minor page faults of this process so far (None where ``resource`` is missing, i.e. Windows)."""
     try:
-        import resource
+        import resource  # noqa: PLC0415 - Unix only
     except ImportError:
         return None
     return resource.getrusage(resource.RUSAGE_SELF).ru_minflt

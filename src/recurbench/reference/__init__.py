@@ -1,4 +1,6 @@
-"""The papers' published figures, with their names mapped explicitly to recurbench's.
+"""The papers' published figures (CSV files shipped in this package; README.md names each source),
+with their names mapped explicitly to recurbench's. The suites print them beside their closing
+tables and the reports beside their comparisons.
 
 * RSA paper (Huang et al., ICLR 2023), Table 1: test MSE/MAE on ETTh1, ETTh2, ETTm1 and Weather (WTH)
   for Informer, LogSparse, Transformer-XL and their RSA variants, mean and std over 5 repeats.
@@ -42,8 +44,14 @@ MINIGRID_PAPER_AGENTS: dict[str, str] = {"memlstm": "memlstm", "rellstm": "rells
 MINIGRID_AGENT_ORDER: tuple[str, ...] = ("lstm", "memlstm", "rellstm")
 
 
-def _read(name: str) -> pd.DataFrame:
-    with resources.files("recurbench.reporting").joinpath("reference", name).open() as handle:
+def reference_text(name: str) -> str:
+    """The text of one shipped table (``README.md`` in this package names each file's source)."""
+    return resources.files(__name__).joinpath(name).read_text(encoding="utf-8")
+
+
+def read_table(name: str) -> pd.DataFrame:
+    """One shipped table as a DataFrame."""
+    with resources.files(__name__).joinpath(name).open(encoding="utf-8") as handle:
         return pd.read_csv(handle)
 
 
@@ -51,7 +59,7 @@ def _read(name: str) -> pd.DataFrame:
 def ltsf_reference() -> pd.DataFrame:
     """Long form: ``dataset, horizon, model`` (recurbench names), ``metric`` (``mse``/``mae``),
     ``paper_mean``, ``paper_std``, ``paper_n``."""
-    raw = _read("rsa_table1_ltsf.csv")
+    raw = read_table("rsa_table1_ltsf.csv")
     to_ours = {paper: ours for ours, paper in LTSF_PAPER_MODELS.items()}
     unknown = set(raw["model"]) - set(to_ours)
     if unknown:  # the shipped file and the map must agree; a silent drop would hide a row
@@ -78,7 +86,7 @@ def ltsf_reference() -> pd.DataFrame:
 def minigrid_reference() -> pd.DataFrame:
     """Long form: ``env`` (recurbench pair name), ``agent``, ``metric`` (``train_reward``,
     ``test_reward``, ``generalisation_ratio`` = test/train computed from the two), ``paper``."""
-    raw = _read("kerg_table4_minigrid.csv")
+    raw = read_table("kerg_table4_minigrid.csv")
     by_train_id = {pair.train: pair for pair in ENV_PAIRS.values()}
     rows = []
     for rec in raw.to_dict("records"):

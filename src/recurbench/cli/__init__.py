@@ -1,0 +1,111 @@
+"""The recurbench command line: thin command modules that parse arguments, call one library function
+and print. Errors on bad input (``RecurbenchError``) are printed as one line and exit with code 1; a
+stop by SIGTERM or Ctrl-C ends the runs in progress KILLED, says so in one line and exits 128 + the
+signal's number (143, 130).
+
+Library imports sit inside the commands (``# noqa: PLC0415`` with the reason): they pull in torch,
+MLflow, sktime or SB3 (seconds), and ``recurbench --help`` or a mistyped option should answer at once.
+
+=============  ==========================================
+command        module
+=============  ==========================================
+list           :mod:`recurbench.cli.listing`
+data ...       :mod:`recurbench.cli.data`
+run            :mod:`recurbench.cli.run`
+tune           :mod:`recurbench.cli.tune`
+compare/report :mod:`recurbench.cli.results`
+bench ...      :mod:`recurbench.cli.bench`
+=============  ==========================================
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import warnings
+
+import typer
+from rich.markup import escape
+from typer.rich_utils import rich_format_error
+
+from recurbench.cli import bench, data, listing, results, run, tune
+from recurbench.cli.common import app, bench_app, console, data_app, err_console
+from recurbench.errors import DataWarning, RecurbenchError
+from recurbench.runtime import handle_termination, stop_signal, tune_allocator
+
+app.command("list")(listing.list_cmd)
+data_app.command("list")(data.data_list)
+data_app.command("verify")(data.data_verify)
+data_app.command("fetch")(data.data_fetch)
+data_app.command("info")(data.data_info)
+app.command("run")(run.run_cmd)
+app.command("tune")(tune.tune_cmd)
+app.command("compare")(results.compare_cmd)
+app.command("report")(results.report_cmd)
+bench_app.command("rem")(bench.bench_rem_cmd)
+bench_app.command("rsa")(bench.bench_rsa_cmd)
+bench_app.command("forecast")(bench.bench_forecast_cmd)
+bench_app.command("kernels")(bench.bench_kernels_cmd)
+bench_app.command("memattn")(bench.bench_memattn_cmd)
+bench_app.command("rl")(bench.bench_rl_cmd)
+
+
+def main() -> None:
+    """Console entry point: user errors become one message and a non-zero exit code.
+
+    SIGTERM (a scheduler's or ``timeout``'s stop) unwinds like Ctrl-C, so the MLflow runs in progress
+    are ended KILLED instead of being left RUNNING (:func:`recurbench.runtime.handle_termination`).
+    glibc's allocator is tuned first (:func:`recurbench.runtime.tune_allocator`;
+    ``RECURBENCH_MALLOC=default`` keeps its defaults)."""
+    handle_termination()
+    tune_allocator()  # keeps freed tensor memory in the process: no page faults per training step
+    _show_data_warnings()
+    # Off a terminal (a log file, a pipe) rich wraps to 80 columns unless $COLUMNS says otherwise, which
+    # folds the result tables into unreadable narrow columns; a log file has no width to respect.
+    for out in (console, err_console):
+        if not out.is_terminal and "COLUMNS" not in os.environ:
+            out.width = 160
+    try:
+        code = app(standalone_mode=False)  # click returns the exit code of --help and the like
+    except RecurbenchError as exc:
+        err_console.print(f"[red]error:[/red] {escape(str(exc))}", highlight=False)
+        sys.exit(1)
+    except (KeyboardInterrupt, SystemExit, Exception) as exc:
+        _exit(exc)
+    if isinstance(code, int) and code:
+        sys.exit(code)
+
+
+def _exit(exc: BaseException) -> None:
+    """Typer's own exits and usage errors as Typer prints them; a stop by a signal as one line and
+    128 + its number (the shell's convention); anything else is a bug and keeps its traceback."""
+    signum = stop_signal()
+    if signum is not None or isinstance(exc, (KeyboardInterrupt, typer.Abort)):
+        signum = signum or signal.SIGINT
+        err_console.print(f"stopped by {signal.Signals(signum).name}: the runs in progress were ended KILLED",
+                          highlight=False)
+        sys.exit(128 + signum)
+    if isinstance(exc, typer.Exit):
+        sys.exit(exc.exit_code)
+    if isinstance(exc, typer.TyperException) and hasattr(exc, "exit_code"):
+        rich_format_error(exc)  # a usage error: "No such option", a missing argument
+        sys.exit(exc.exit_code)
+    raise exc
+
+
+def _show_data_warnings() -> None:
+    """A :class:`~recurbench.errors.DataWarning` is printed as one line, like an error, not as Python's
+    ``file:line: DataWarning: ...``; other warnings keep Python's form."""
+    python_show = warnings.showwarning
+
+    def show(message, category, filename, lineno, file=None, line=None):  # type: ignore[no-untyped-def]
+        if issubclass(category, DataWarning):
+            err_console.print(f"[yellow]warning:[/yellow] {escape(str(message))}", highlight=False)
+        else:
+            python_show(message, category, filename, lineno, file, line)
+
+    warnings.showwarning = show
+
+
+__all__ = ["app", "main"]

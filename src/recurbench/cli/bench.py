@@ -1,0 +1,212 @@
+"""``recurbench bench``: the benchmarks of :mod:`recurbench.bench`."""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from typing import Annotated, Any
+
+import typer
+
+from recurbench.cli.common import (
+    BenchDeviceOpt,
+    DataDirOpt,
+    JsonOpt,
+    at_least,
+    console,
+    print_json,
+    split_csv,
+    table,
+)
+from recurbench.config import check_names
+from recurbench.errors import RecurbenchError
+
+
+def bench_rem_cmd(
+    seq_len: Annotated[int, typer.Option("--seq-len", help="Sequence length T.")] = 4096,
+    heads: Annotated[int, typer.Option("--heads", help="Heads H (cycling through the six REM types).")] = 8,
+    head_dim: Annotated[int, typer.Option("--head-dim", help="Head dimension D.")] = 64,
+    batch: Annotated[int, typer.Option("--batch", help="Batch size B.")] = 4,
+    masked: Annotated[bool, typer.Option("--masked/--unmasked", help="Masked (causal) or bidirectional REMs.")] = False,
+    sweep: Annotated[bool, typer.Option("--sweep", help="Also run T = 512, 1024, 2048, 4096, 8192.")] = False,
+    repeats: Annotated[int, typer.Option("--repeats", help="Timed repetitions (median).")] = 3,
+    threads: Annotated[int, typer.Option("--threads", help="torch CPU threads.")] = 2,
+    device: BenchDeviceOpt = "auto",
+    as_json: JsonOpt = False,
+) -> None:
+    """REM operator: dense (paper, App. D.1) vs the default path (chunked on CPU, Triton on CUDA)."""
+    from recurbench.bench.rem import bench_rem, bench_rem_sweep  # noqa: PLC0415 - torch
+
+    at_least(1, seq_len=seq_len, heads=heads, head_dim=head_dim, batch=batch, repeats=repeats, threads=threads)
+    kw = dict(heads=heads, head_dim=head_dim, batch=batch, masked=masked, repeats=repeats, threads=threads,
+              device=device)
+    result: dict[str, Any] = bench_rem(seq_len, **kw)
+    if sweep:
+        result = {"main": result, "sweep": bench_rem_sweep(**kw)}
+    if as_json:
+        return print_json(result)
+    rows = [result] if not sweep else [result["main"], *result["sweep"]["rows"]]
+    cols = ["seq_len", "max_abs_err", "time_dense_fwd_bwd_s", "time_default_fwd_bwd_s", "speedup_fwd_bwd",
+            "minor_page_faults_fwd_bwd", "peak_mem_dense_bytes", "peak_mem_default_bytes", "peak_mem_ratio",
+            "effective_bandwidth_fwd_gbps", "bandwidth_vs_copy", "bandwidth_vs_hbm_peak"]
+    fmt = lambda x: f"{x:.4g}" if isinstance(x, float) else ("-" if x is None else x)  # noqa: E731
+    console.print(table(f"REM operator, H={heads} D={head_dim} B={batch} ({rows[0]['device']}, "
+                         f"{rows[0]['default_impl']})", cols, [[fmt(r.get(c)) for c in cols] for r in rows]))
+
+
+def bench_rsa_cmd(
+    seq_len: Annotated[int, typer.Option("--seq-len", help="Sequence length (Informer encoder: 96).")] = 96,
+    heads: Annotated[int, typer.Option("--heads", help="Heads.")] = 8,
+    head_dim: Annotated[int, typer.Option("--head-dim", help="Head dimension (d_model = heads x head_dim).")] = 64,
+    batch: Annotated[int, typer.Option("--batch", help="Batch size.")] = 32,
+    k1_k6: Annotated[str, typer.Option("--k", help="REM head counts k1..k6 (Table 5 notation).")] = "(0,2,2,0,2,2)",
+    dilations: Annotated[str, typer.Option("--dilations", help="Dilations of the dilated heads, or '-'.")] = "[24,24,24,24]",
+    causal: Annotated[bool, typer.Option("--causal", help="Masked (decoder) self-attention.")] = False,
+    attention: Annotated[
+        str, typer.Option("--attention", help="Baseline layer: full (softmax attention) or prob (Informer's ProbSparse).")
+    ] = "full",
+    impl: Annotated[
+        str | None, typer.Option("--impl", help="REM path: naive, chunked or triton (default: the device's default).")
+    ] = None,
+    repeats: Annotated[
+        int, typer.Option("--repeats", help="Timed pairs of training steps (baseline and RSA, alternating order).")
+    ] = 30,
+    threads: Annotated[int, typer.Option("--threads", help="torch CPU threads.")] = 2,
+    device: BenchDeviceOpt = "auto",
+    as_json: JsonOpt = False,
+) -> None:
+    """Training-step overhead of an RSA attention layer over the same layer without REMs."""
+    from recurbench.bench.rem import bench_rsa  # noqa: PLC0415 - torch
+
+    at_least(1, seq_len=seq_len, heads=heads, head_dim=head_dim, batch=batch, repeats=repeats, threads=threads)
+    result = bench_rsa(seq_len, heads, head_dim, batch, k1_k6=k1_k6, dilations=dilations, causal=causal,
+                       attention=attention, impl=impl, pairs=repeats, threads=threads, device=device)
+    if as_json:
+        return print_json(result)
+    console.print(table("RSA layer training step", ["field", "value"], [[k, v] for k, v in result.items()]))
+
+
+def bench_forecast_cmd(
+    model: Annotated[str, typer.Option("--model", help="Forecaster (see `recurbench list models`).")] = "informer",
+    dataset: Annotated[str, typer.Option("--dataset", help="Dataset with paper settings in the ltsf suite.")] = "ETTh1",
+    horizon: Annotated[int, typer.Option("--horizon", help="Forecast horizon (paper settings of the ltsf suite).")] = 24,
+    max_batches: Annotated[
+        int | None,
+        typer.Option("--max-batches", help="Time only this many batches and extrapolate linearly to a full epoch."),
+    ] = None,
+    threads: Annotated[int, typer.Option("--threads", help="torch intra-op threads (1 is fastest on a shared CPU).")] = 1,
+    json_out: JsonOpt = False,
+    data_dir: DataDirOpt = None,
+    device: BenchDeviceOpt = "auto",
+) -> None:
+    """Seconds per training epoch of Informer on ETTh1 (paper settings: batch 32, d_model 512)."""
+    from recurbench.bench.forecast import bench_forecast  # noqa: PLC0415 - torch
+
+    at_least(1, max_batches=max_batches, threads=threads)
+    result = bench_forecast(
+        model=model, dataset=dataset, horizon=horizon, max_batches=max_batches, threads=threads, data_dir=data_dir,
+        device=device,
+    )
+    if json_out:
+        print_json(result)
+        return
+    rows = [[k, f"{v:.4g}" if isinstance(v, float) else str(v)] for k, v in result.items()]
+    console.print(table("bench forecast", ["quantity", "value"], rows))
+
+
+def bench_kernels_cmd(
+    arch: Annotated[str, typer.Option("--arch", help="CUDA architectures, comma-separated: 80 (A100), 90 (H100/H200).")] = "80,90",
+    as_json: JsonOpt = False,
+) -> None:
+    """Registers, spills, shared memory and occupancy of every Triton kernel configuration, compiled
+    ahead of time (no GPU needed)."""
+    from recurbench.bench.kernels import kernel_table  # noqa: PLC0415 - torch (triton when run)
+
+    try:
+        archs = [int(a.removeprefix("sm_")) for a in split_csv([arch]) or []]
+    except ValueError:
+        raise RecurbenchError(f"--arch takes numbers such as 80,90, got {arch!r}") from None
+    with console.status("compiling") as status:
+        rows = kernel_table(archs, progress=lambda done, total: status.update(f"compiling {done}/{total}"))
+    if as_json:
+        print_json([asdict(r) for r in rows])
+    else:
+        fmt = lambda x, spec="": "-" if x is None else format(x, spec)  # noqa: E731
+        console.print(table("Triton kernels compiled ahead of time (spills: stack + local bytes per thread)",
+                             ["kernel", "configuration", "arch", "registers", "spills", "shared", "occupancy",
+                              "default", "uses"],
+                             [[r.kernel, r.configuration, f"sm_{r.arch}", fmt(r.registers), fmt(r.spill_bytes),
+                               fmt(r.shared_bytes), fmt(r.occupancy, ".3f"), "yes" if r.default else "no",
+                               len(r.workloads)] for r in rows]))
+    failed = [r for r in rows if r.error]
+    if failed:
+        raise RecurbenchError(f"{len(failed)} configuration(s) failed to compile, first: {failed[0].kernel} "
+                              f"[{failed[0].configuration}] sm_{failed[0].arch}: {failed[0].error}")
+
+
+def bench_memattn_cmd(
+    windows: Annotated[list[str] | None, typer.Option("--windows", help="MemLSTM windows (slots) besides RelLSTM's 5 + 5.")] = None,
+    batch: Annotated[int, typer.Option("--batch", help="Environments.")] = 16,
+    attention_size: Annotated[int, typer.Option("--attention-size")] = 32,
+    hidden_size: Annotated[int, typer.Option("--hidden-size")] = 64,
+    steps: Annotated[int, typer.Option("--steps", help="Consecutive steps per timed run.")] = 50,
+    repeats: Annotated[int, typer.Option("--repeats", help="Timed runs (median).")] = 5,
+    device: BenchDeviceOpt = "auto",
+    as_json: JsonOpt = False,
+) -> None:
+    """One memory-attention step: the fused Triton kernel (CUDA) against the PyTorch reference."""
+    from recurbench.bench.memattn import MEMORIES, bench_memattn  # noqa: PLC0415 - torch
+
+    try:
+        memories = MEMORIES if not windows else [(5, 5), *((int(w), 0) for w in split_csv(windows) or [])]
+    except ValueError:
+        raise RecurbenchError(f"--windows takes numbers such as 100,2000, got {','.join(windows)!r}") from None
+    at_least(1, batch=batch, attention_size=attention_size, hidden_size=hidden_size, steps=steps, repeats=repeats,
+              windows=min(nu for nu, _ in memories))
+    result = bench_memattn(memories=memories, batch=batch, attention_size=attention_size, hidden_size=hidden_size,
+                           steps=steps, repeats=repeats, device=device)
+    if as_json:
+        return print_json(result)
+    cols = ["nu", "rho", "time_reference_ms", "time_triton_ms", "speedup", "max_abs_err_read", "max_abs_err_memory"]
+    fmt = lambda x: f"{x:.4g}" if isinstance(x, float) else ("-" if x is None else x)  # noqa: E731
+    console.print(table(f"memory-attention step, {batch} envs, A={attention_size} H={hidden_size} ({result['device']})",
+                         cols, [[fmt(r[c]) for c in cols] for r in result["rows"]]))
+
+
+def bench_rl_cmd(
+    cores: Annotated[list[str] | None, typer.Option("--cores", help="Memory cores (default: all).")] = None,
+    total_steps: Annotated[int, typer.Option("--total-steps", help="Env steps timed per agent (after one warm-up rollout).")] = 16384,
+    env_id: Annotated[str, typer.Option("--env", help="MiniGrid env id.")] = "MiniGrid-DoorKey-5x5-v0",
+    n_envs: Annotated[int, typer.Option("--n-envs")] = 8,
+    n_steps: Annotated[int, typer.Option("--n-steps")] = 128,
+    batch_size: Annotated[int, typer.Option("--batch-size")] = 256,
+    n_epochs: Annotated[int, typer.Option("--n-epochs")] = 4,
+    hidden_size: Annotated[int, typer.Option("--hidden-size", help="LSTM width, ours and sb3-contrib's.")] = 64,
+    threads: Annotated[int, typer.Option("--threads", help="torch threads.")] = 1,
+    no_peer: Annotated[bool, typer.Option("--no-sb3-contrib", help="Skip sb3-contrib's RecurrentPPO.")] = False,
+    as_json: JsonOpt = False,
+) -> None:
+    """PPO training steps per second per memory core, next to sb3-contrib's RecurrentPPO."""
+    from recurbench.agents.cores import CORES  # noqa: PLC0415 - torch
+    from recurbench.bench.rl import BenchSettings, bench_rl  # noqa: PLC0415 - torch, SB3
+
+    chosen = split_csv(cores) or list(CORES)
+    check_names(chosen, CORES, "memory core", "--cores")
+    at_least(1, total_steps=total_steps, n_envs=n_envs, n_steps=n_steps, batch_size=batch_size, n_epochs=n_epochs,
+              hidden_size=hidden_size, threads=threads)
+    settings = BenchSettings(env_id=env_id, n_envs=n_envs, n_steps=n_steps, batch_size=batch_size, n_epochs=n_epochs,
+                             total_steps=total_steps, hidden_size=hidden_size, threads=threads)
+    with console.status("benchmarking") as status:
+        result = bench_rl(chosen, settings, include_sb3_contrib=not no_peer,
+                          progress=lambda what: status.update(f"benchmarking {what}"))
+    if as_json:
+        return print_json(result)
+    peer = result.get("fps_sb3_contrib")
+    rows = [
+        [core, f"{fps:.0f}", f"{result['ratio'][core]:.2f}x" if peer else "-", f"{result['fps_cpu'][core]:.0f}",
+         f"{result['ratio_cpu'][core]:.2f}x" if peer else "-"]
+        for core, fps in result["fps"].items()
+    ]
+    if peer:
+        rows.append(["sb3-contrib RecurrentPPO (LSTM)", f"{peer:.0f}", "1.00x", f"{result['fps_sb3_contrib_cpu']:.0f}", "1.00x"])
+    header = ["agent", "steps/s (wall)", "vs sb3-contrib", "steps/CPU-s", "vs sb3-contrib (CPU)"]
+    console.print(table(f"PPO training steps/s on {env_id} ({n_envs} envs x {n_steps} steps)", header, rows))

@@ -1,0 +1,188 @@
+"""What a suite is: a YAML file shipped in this folder (``<name>.yaml``) plus a
+:class:`SuiteDefinition` that validates its profiles, plans its runs and executes one of them.
+
+Suite YAML layout::
+
+    suite: ltsf                    # must equal the file's name
+    description: ...
+    profiles:
+      quick: {...}                 # validated by the suite's profile model
+      paper: {...}
+
+YAML anchors and merge keys (``<<: *base``) are the way to share settings between profiles. The
+suites register in :mod:`recurbench.suites.registry`; :mod:`recurbench.suites.runner` runs them.
+"""
+
+from __future__ import annotations
+
+import os
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from pydantic import BaseModel
+
+from recurbench.config import StrictModel, check_names, deep_merge, parse_overrides, read_yaml, validate
+from recurbench.devices import resolve_device
+from recurbench.errors import ConfigError
+from recurbench.tracking import RunHandle
+
+if TYPE_CHECKING:
+    import torch
+
+#: Reports progress of one run: ``progress(completed, total, description)``.
+ProgressFn = Callable[[float, float, str], None]
+
+
+@dataclass(frozen=True)
+class RunPlan:
+    """One configuration x seed of a suite, fully resolved before anything trains."""
+
+    name: str
+    seed: int
+    tags: dict[str, str]
+    params: dict[str, Any]
+    payload: Any = None
+    """Whatever the suite needs to execute the run (typed configs, not strings)."""
+
+
+@dataclass
+class RunOutcome:
+    plan: RunPlan
+    status: str  # FINISHED | FAILED | PLANNED (a dry run)
+    metrics: dict[str, float] = field(default_factory=dict)
+    error: str | None = None
+    run_id: str | None = None
+    seconds: float = 0.0
+    reused: bool = False
+    """A run found FINISHED in the store (``skip_finished``), not run by this invocation."""
+
+
+@dataclass
+class SuiteResult:
+    suite: str
+    profile: str
+    parent_run_id: str | None
+    outcomes: list[RunOutcome]
+
+    @property
+    def failed(self) -> list[RunOutcome]:
+        return [o for o in self.outcomes if o.status == "FAILED"]
+
+    @property
+    def reused(self) -> list[RunOutcome]:
+        return [o for o in self.outcomes if o.reused]
+
+    stale: list[str] = field(default_factory=list)
+    """Runs found RUNNING for the configurations run here (left by a killed driver), ended FAILED."""
+
+
+class SuiteDefinition(ABC):
+    """What a suite provides to the runner."""
+
+    name: str
+    profile_model: type[StrictModel]
+    default_device: str = "auto"
+    """The device its runs train on when ``--device`` is not given (see :mod:`recurbench.devices`)."""
+    headline_metrics: tuple[str, ...] = ()
+    """The metrics :meth:`execute` returns (and logs): a stored run is reused only if it has them all."""
+    execute_params: tuple[str, ...] = ()
+    """Params :meth:`execute` logs beside the plan's (the data's window counts, say): any value matches."""
+
+    def load_profile(self, profile: str, path: str | os.PathLike[str] | None = None,
+                     overrides: Sequence[str] = ()) -> BaseModel:
+        """Profile ``profile`` of this suite's shipped file (or of the YAML at ``path``), validated, with
+        the command line's ``--set KEY=VALUE`` ``overrides`` applied on top of it (see
+        :func:`recurbench.config.parse_overrides`)."""
+        source = Path(path) if path is not None else suite_file(self.name)
+        header = validate(SuiteFile, read_yaml(source), str(source))
+        if header.suite != self.name:
+            raise ConfigError(f"{source}: suite: the file defines suite {header.suite!r}, expected {self.name!r}")
+        if profile not in header.profiles:
+            raise ConfigError(
+                f"{source}: profiles: no profile {profile!r}; available: {', '.join(header.profiles)}"
+            )
+        raw_profile = header.profiles[profile]
+        if overrides:
+            raw_profile = deep_merge(raw_profile, parse_overrides(overrides))
+        try:
+            return validate(self.profile_model, raw_profile, str(source), prefix=f"profiles.{profile}")
+        except ConfigError as exc:
+            if not overrides:
+                raise
+            raise ConfigError(f"{exc} (with {' '.join('--set ' + o for o in overrides)})") from None
+
+    def target_device(self, device: str | None) -> torch.device:
+        """``--device`` (None: :attr:`default_device`) as a device this machine has, else a ConfigError."""
+        return resolve_device(device or self.default_device, what="--device")
+
+    @abstractmethod
+    def plan(self, profile: BaseModel, selection: Mapping[str, Any], *, data_dir: str | None) -> list[RunPlan]:
+        """Expand a profile (narrowed by command-line ``selection``) into runs, validating everything
+        that can be checked before training (names, shapes, data availability)."""
+
+    @abstractmethod
+    def execute(
+        self, plan: RunPlan, run: RunHandle, progress: ProgressFn, *, data_dir: str | None, device: torch.device
+    ) -> dict[str, float]:
+        """Run one plan on ``device``, logging to ``run``; returns its headline metrics."""
+
+    def param_defaults(self) -> dict[str, str]:
+        """The value each logged setting takes when a run does not log it, as dotted param keys.
+
+        A run logged by an older version lacks the settings added since; each was added with the old
+        behaviour as its default, so comparisons read the missing param as this value (see
+        :func:`recurbench.reporting.runs.settings_diff`). Default: none known."""
+        return {}
+
+    def shipped_settings(self, profile: BaseModel) -> list[tuple[dict[str, str], dict[str, str | None]]]:
+        """What a run of each configuration logs with ``profile`` as it stands: ``(tags, params)``
+        pairs, the tags naming the configuration (``dataset``/``horizon``/``model``), the params as
+        the logged text (dotted keys, seed aside), ``None`` where the value is not the profile's to
+        decide (say, the data's feature count). Comparisons prefer runs with these settings (see
+        :func:`recurbench.reporting.runs.load_runs`). Default: none known."""
+        return []
+
+    def summary_rows(self, outcomes: Sequence[RunOutcome]) -> tuple[list[str], list[list[str]]]:
+        """Header and rows of the table printed at the end (default: one row per run)."""
+        keys = sorted({k for o in outcomes for k in o.metrics})
+        rows = [
+            [o.plan.name, o.status, *(f"{o.metrics[k]:.4f}" if k in o.metrics else "-" for k in keys)]
+            for o in outcomes
+        ]
+        return ["run", "status", *keys], rows
+
+
+def selected_names(
+    selection: Mapping[str, Any], key: str, default: Sequence[str], known: Mapping[str, Any], what: str
+) -> list[str]:
+    """The command line's ``--<key>`` choice, else the profile's ``default``; each name checked
+    against ``known`` (a typo in the profile itself is already caught when the profile is validated)."""
+    names = list(selection.get(key) or default)
+    check_names(names, known, what, f"--{key}")
+    return names
+
+
+def selected_seeds(selection: Mapping[str, Any], default: int) -> range:
+    """The seeds to run: ``--seeds`` (else the profile's seed count) consecutive seeds starting at
+    ``--first-seed`` (default 0), so that more seeds can be added to a finished set later."""
+    seeds = int(selection.get("seeds") or default)
+    if seeds < 1:
+        raise ConfigError(f"seeds: must be at least 1 (from --seeds or the profile), got {seeds}")
+    first = int(selection.get("first_seed") or 0)
+    if first < 0:
+        raise ConfigError(f"first seed: must be at least 0 (from --first-seed), got {first}")
+    return range(first, first + seeds)
+
+
+def suite_file(name: str) -> Path:
+    return Path(str(resources.files("recurbench.suites").joinpath(f"{name}.yaml")))
+
+
+class SuiteFile(StrictModel):
+    suite: str
+    description: str = ""
+    profiles: dict[str, dict[str, Any]]

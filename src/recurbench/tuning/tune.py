@@ -1,0 +1,134 @@
+"""``recurbench tune`` as a library call: the objective a suite tunes, the study's name and settings,
+the paper's trial enqueued first, the study run, the best configuration written as a suite file."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from recurbench.devices import describe_device
+from recurbench.engine import EngineSpec, check_cluster_store
+from recurbench.errors import RecurbenchError
+from recurbench.suites.registry import SUITES
+from recurbench.tracking import Tracker, resolve_tracking_uri
+from recurbench.tuning.objectives import LTSFObjective, MinigridObjective, write_best_profile
+from recurbench.tuning.study import (
+    DEFAULT_STORAGE,
+    StudyResult,
+    StudySpec,
+    default_study_name,
+    load_study,
+    run_study,
+    settings_digest,
+)
+
+TUNABLE_SUITES = ("ltsf", "minigrid")
+
+
+@dataclass(frozen=True)
+class TuneRequest:
+    """What ``recurbench tune`` was asked for (see its ``--help`` for each field)."""
+
+    suite: str
+    model: str
+    trials: int
+    dataset: str | None = None
+    horizon: int | None = None
+    env: str | None = None
+    profile: str = "quick"
+    storage: str | None = None
+    study_name: str | None = None
+    timeout: float | None = None
+    pruner: str = "median"
+    seed: int = 0
+    tune_lr: bool = False
+    enqueue_paper: bool = False
+    best_out: str | None = None
+    config: str | None = None
+    overrides: tuple[str, ...] = ()
+    data_dir: str | None = None
+    device: str | None = None
+
+
+@dataclass
+class TuneOutcome:
+    result: StudyResult
+    objective: LTSFObjective | MinigridObjective
+    notes: list[str] = field(default_factory=list)
+    """What happened beside the study: the paper's trial not enqueued, the best configuration written."""
+
+
+def make_objective(request: TuneRequest, engine: EngineSpec) -> tuple[LTSFObjective | MinigridObjective, dict[str, str]]:
+    """The suite's objective for ``request`` (validated: its suite job is resolved here, before any
+    worker starts) and the tags naming its target (dataset and horizon, or env)."""
+    if request.suite not in TUNABLE_SUITES:
+        raise RecurbenchError(f"unknown suite {request.suite!r} for tune; choose ltsf or minigrid")
+    device = request.device
+    if engine.kind == "ray":
+        if not engine.gpus_per_run and device not in (None, "auto", "cpu"):
+            raise RecurbenchError(f"--device {device} with --engine ray needs --gpus-per-run (Ray hides the GPUs "
+                                  "from a task that reserves none)")
+        device = "cpu"  # a task given GPUs trains on the one Ray assigned (recurbench.engine.task_device)
+    target_device = str(SUITES[request.suite]().target_device(device))
+    objective: LTSFObjective | MinigridObjective
+    if request.suite == "ltsf":
+        if request.dataset is None or request.horizon is None:
+            raise RecurbenchError("tune ltsf needs --dataset and --horizon")
+        objective = LTSFObjective(request.model, request.dataset, request.horizon, request.profile, request.data_dir,
+                                  request.tune_lr, request.seed, request.config, request.overrides,
+                                  device=target_device)
+        tags = {"dataset": request.dataset, "horizon": str(request.horizon)}
+    else:
+        if request.env is None:
+            raise RecurbenchError("tune minigrid needs --env (a pair from `recurbench list envs`)")
+        objective = MinigridObjective(request.model, request.env, request.profile, request.seed, config=request.config,
+                                      overrides=request.overrides, device=target_device)
+        tags = {"env": request.env}
+    objective.job  # noqa: B018 - resolve (and validate) the suite job before any worker starts
+    return objective, tags
+
+
+def study_spec(request: TuneRequest, engine: EngineSpec, objective: LTSFObjective | MinigridObjective,
+               tags: dict[str, str]) -> StudySpec:
+    """The study: named by suite, model, target, profile and a digest of any other settings (so the
+    default name never resumes trials trained under other settings), tagged with where it trains."""
+    name = request.study_name or default_study_name(
+        request.suite, request.model, *tags.values(), request.profile, settings_digest(request.config, request.overrides))
+    where = (describe_device(SUITES[request.suite]().target_device(objective.device)) if not engine.gpus_per_run
+             else f"ray ({engine.gpus_per_run:g} GPU per run)")
+    return StudySpec(
+        study_name=name, n_trials=request.trials, storage=request.storage, timeout=request.timeout, seed=request.seed,
+        pruner=request.pruner,
+        tags={"suite": request.suite, "profile": request.profile, "model": request.model, **tags, "device": where},
+    )
+
+
+def tune(request: TuneRequest, tracker: Tracker, engine: EngineSpec) -> TuneOutcome:
+    """Validate everything, create or resume the study and run it to ``request.trials`` finished
+    trials (on ``engine``), then write the best configuration if asked."""
+    check_cluster_store(engine, resolve_tracking_uri(getattr(tracker, "tracking_uri", None)))
+    check_cluster_store(engine, request.storage or DEFAULT_STORAGE, "Optuna storage")
+    objective, tags = make_objective(request, engine)
+    spec = study_spec(request, engine, objective, tags)
+    tracker.open()  # a bad tracking URI fails before the Optuna storage is created
+    notes: list[str] = []
+    if request.enqueue_paper and isinstance(objective, LTSFObjective):
+        notes += enqueue_paper_trial(spec, objective)
+    result = run_study(spec, objective, tracker, engine)
+    if request.best_out and result.best_trial is not None:
+        write_best_profile(objective, load_study(spec, objective.direction).best_trial, request.best_out)
+        notes.append(f"best configuration written to {request.best_out}: recurbench run {request.suite} "
+                     f"--config {request.best_out} --profile tuned")
+    return TuneOutcome(result, objective, notes)
+
+
+def enqueue_paper_trial(spec: StudySpec, objective: LTSFObjective) -> Sequence[str]:
+    """The profile's (the paper's Table 5) head layout as the study's first trial, unless the study
+    already has trials; a note when the layout is outside the search space."""
+    study = load_study(spec, objective.direction)
+    params = objective.paper_params()
+    if params is None:
+        return ["the profile's head layout uses a dilation outside the candidates; not enqueued"]
+    if not study.get_trials(deepcopy=False):
+        study.enqueue_trial(params, user_attrs={"paper_configuration": True})
+    return []
