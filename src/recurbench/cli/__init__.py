@@ -24,6 +24,7 @@ import os
 import signal
 import sys
 import warnings
+from typing import NoReturn
 
 import typer
 from rich.markup import escape
@@ -73,6 +74,8 @@ def main() -> None:
         sys.exit(1)
     except (KeyboardInterrupt, SystemExit, Exception) as exc:
         _exit(exc)
+    if stop_signal() is not None:  # Typer turns the KeyboardInterrupt into exit code 130, whatever the signal
+        _stopped(stop_signal())
     if isinstance(code, int) and code:
         sys.exit(code)
 
@@ -82,16 +85,19 @@ def _exit(exc: BaseException) -> None:
     128 + its number (the shell's convention); anything else is a bug and keeps its traceback."""
     signum = stop_signal()
     if signum is not None or isinstance(exc, (KeyboardInterrupt, typer.Abort)):
-        signum = signum or signal.SIGINT
-        err_console.print(f"stopped by {signal.Signals(signum).name}: the runs in progress were ended KILLED",
-                          highlight=False)
-        sys.exit(128 + signum)
+        _stopped(signum or signal.SIGINT)
     if isinstance(exc, typer.Exit):
         sys.exit(exc.exit_code)
     if isinstance(exc, typer.TyperException) and hasattr(exc, "exit_code"):
         rich_format_error(exc)  # a usage error: "No such option", a missing argument
         sys.exit(exc.exit_code)
     raise exc
+
+
+def _stopped(signum: int) -> NoReturn:
+    err_console.print(f"stopped by {signal.Signals(signum).name}: the runs in progress were ended KILLED",
+                      highlight=False)
+    sys.exit(128 + signum)
 
 
 def _show_data_warnings() -> None:

@@ -21,6 +21,7 @@ from recurbench.cli.common import (
     engine_spec,
     table,
 )
+from recurbench.tracking import make_tracker
 
 
 def tune_cmd(
@@ -54,7 +55,6 @@ def tune_cmd(
     gpus_per_run: GpusPerRunOpt = 0.0,
 ) -> None:
     """Optuna studies over REM head counts, dilations and gate initialisation; resumable, on Ray workers."""
-    from recurbench.tracking import make_tracker  # noqa: PLC0415 - MLflow
     from recurbench.tuning.tune import TuneRequest, tune  # noqa: PLC0415 - torch, Optuna, the suites
 
     request = TuneRequest(
