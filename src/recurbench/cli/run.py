@@ -128,7 +128,11 @@ def run_cmd(
             skip_finished=skip_finished, engine=spec,
         )
     header, rows = SUITES[suite]().summary_rows(result.outcomes)
-    console.print(table(f"{suite} / {profile}", header, rows))
+    # A footnote row (text in the first cell only) reads as a line under the table, at the table's width.
+    notes = [row[0] for row in rows if not any(row[1:])]
+    console.print(table(f"{suite} / {profile}", header, [row for row in rows if any(row[1:])]))
+    for note in notes:
+        console.print(escape(note), highlight=False)
     if reused := result.reused:
         console.print(escape(
             f"{len(reused)} of {len(result.outcomes)} run(s) were already finished at these settings and were not "
