@@ -135,7 +135,7 @@ class SuiteDefinition(ABC):
 
         A run logged by an older version lacks the settings added since; each was added with the old
         behaviour as its default, so comparisons read the missing param as this value (see
-        :func:`recurbench.reporting.runs.settings_diff`). Default: none known."""
+        :func:`recurbench.records.settings_diff`). Default: none known."""
         return {}
 
     def shipped_settings(self, profile: BaseModel) -> list[tuple[dict[str, str], dict[str, str | None]]]:
