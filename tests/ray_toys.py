@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import signal
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import optuna
@@ -56,9 +57,22 @@ class RayToySuite(SuiteDefinition):
         return {"score": float(plan.seed)}
 
 
+@dataclass
 class ToyQuadratic(Objective):
+    """(x - 2)^2. With ``rendezvous`` (a folder), a worker's trial waits until ``workers`` worker
+    processes have started a trial (a marker file each), so that every worker takes part however late
+    the machine starts it; the deadline only bounds a hang (then a worker's absence fails the test)."""
+
+    rendezvous: str | None = None
+    workers: int = 2
     suite = "raytoy"
 
     def __call__(self, trial: optuna.Trial, run) -> float:
         x = trial.suggest_float("x", -10, 10)
+        if self.rendezvous is not None:
+            folder = Path(self.rendezvous)
+            (folder / f"worker-{os.getpid()}").touch()
+            deadline = time.monotonic() + 300
+            while len(list(folder.glob("worker-*"))) < self.workers and time.monotonic() < deadline:
+                time.sleep(0.05)
         return (x - 2) ** 2

@@ -204,7 +204,12 @@ def test_tune_on_ray_workers_shares_one_study(toy, tmp_path):
 
     _, _, uri = toy
     spec = StudySpec("ray-study", n_trials=6, storage=f"sqlite:///{tmp_path / 'optuna.db'}", seed=0)
-    result = run_study(spec, ray_toys.ToyQuadratic(), MlflowTracker(uri), EngineSpec("ray", workers=2))
+    meeting = tmp_path / "rendezvous"
+    meeting.mkdir()
+    # Each worker's trials wait until both worker processes have started one: under load one worker
+    # could otherwise finish all six before the other starts.
+    objective = ray_toys.ToyQuadratic(rendezvous=str(meeting), workers=2)
+    result = run_study(spec, objective, MlflowTracker(uri), EngineSpec("ray", workers=2))
     study = optuna.load_study(study_name="ray-study", storage=spec.storage)
     finished = [t for t in study.get_trials() if t.state == optuna.trial.TrialState.COMPLETE]
     assert 6 <= len(finished) <= 7  # MaxTrialsCallback counts running trials: at most workers - 1 over
