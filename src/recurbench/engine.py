@@ -123,6 +123,14 @@ def is_local_store(uri: str) -> bool:
     return sqlite_file(uri) is not None or uri.startswith(("file:", "journal:")) or "://" not in uri
 
 
+def check_device(spec: EngineSpec, device: str | None) -> None:
+    """Under Ray, a GPU ``--device`` needs ``--gpus-per-run``: Ray hides the GPUs from a task that
+    reserves none (a task given GPUs trains on the one Ray assigned, :func:`task_device`)."""
+    if spec.kind == "ray" and not spec.gpus_per_run and device not in (None, "auto", "cpu"):
+        raise ConfigError(f"--device {device} with --engine ray needs --gpus-per-run (Ray hides the GPUs from a "
+                          "task that reserves none)")
+
+
 def check_cluster_store(spec: EngineSpec, uri: str, what: str = "tracking URI") -> None:
     """With a cluster address, refuse a store that lives on this machine's disk: workers on other
     machines cannot share it."""

@@ -74,8 +74,8 @@ def main() -> None:
         sys.exit(1)
     except (KeyboardInterrupt, SystemExit, Exception) as exc:
         _exit(exc)
-    if stop_signal() is not None:  # Typer turns the KeyboardInterrupt into exit code 130, whatever the signal
-        _stopped(stop_signal())
+    if (signum := stop_signal()) is not None:  # Typer turns the KeyboardInterrupt into code 130, whatever the signal
+        _stopped(signum)
     if isinstance(code, int) and code:
         sys.exit(code)
 

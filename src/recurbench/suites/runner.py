@@ -30,7 +30,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from recurbench.devices import describe_device
-from recurbench.engine import EngineSpec, Session, open_session, task_device
+from recurbench.engine import EngineSpec, Session, check_device, open_session, task_device
 from recurbench.errors import ConfigError, RecurbenchError
 from recurbench.records import RunRecord, has_settings, logged_settings
 from recurbench.seeding import seed_everything
@@ -63,9 +63,7 @@ def run_suite(
     ``PLANNED``, and nothing is trained or written."""
     engine = engine or EngineSpec()
     definition, cfg = load_profile(name, profile, config_path, overrides)
-    if engine.kind == "ray" and not engine.gpus_per_run and device not in (None, "auto", "cpu"):
-        raise ConfigError(f"--device {device} with --engine ray needs --gpus-per-run (Ray hides the GPUs from a "
-                          "task that reserves none)")
+    check_device(engine, device)
     # Serial: checked here, where the runs train. A Ray task resolves the device on its own machine.
     device_tag = (describe_device(definition.target_device(device)) if engine.kind == "serial"
                   else f"ray ({engine.gpus_per_run:g} GPU per run)")

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from recurbench.devices import describe_device
-from recurbench.engine import EngineSpec, check_cluster_store
+from recurbench.engine import EngineSpec, check_cluster_store, check_device
 from recurbench.errors import RecurbenchError
 from recurbench.suites.registry import SUITES
 from recurbench.tracking import Tracker, resolve_tracking_uri
@@ -63,12 +63,9 @@ def make_objective(request: TuneRequest, engine: EngineSpec) -> tuple[LTSFObject
     worker starts) and the tags naming its target (dataset and horizon, or env)."""
     if request.suite not in TUNABLE_SUITES:
         raise RecurbenchError(f"unknown suite {request.suite!r} for tune; choose ltsf or minigrid")
-    device = request.device
-    if engine.kind == "ray":
-        if not engine.gpus_per_run and device not in (None, "auto", "cpu"):
-            raise RecurbenchError(f"--device {device} with --engine ray needs --gpus-per-run (Ray hides the GPUs "
-                                  "from a task that reserves none)")
-        device = "cpu"  # a task given GPUs trains on the one Ray assigned (recurbench.engine.task_device)
+    check_device(engine, request.device)
+    # Under Ray, a task given GPUs trains on the one Ray assigned (recurbench.engine.task_device).
+    device = "cpu" if engine.kind == "ray" else request.device
     target_device = str(SUITES[request.suite]().target_device(device))
     objective: LTSFObjective | MinigridObjective
     if request.suite == "ltsf":
