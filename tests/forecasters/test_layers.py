@@ -16,6 +16,7 @@ from recurbench.forecasters.layers.attention import (
     log_sparse_pattern,
     sampled_scores,
 )
+from recurbench.forecasters.layers.embedding import sinusoid_table
 from recurbench.forecasters.layers.rsa import REMHeadConfig, RSAFullAttention, RSAMixer
 from recurbench.forecasters.models.transformer_xl import RelativeAttentionLayer, segment_bounds
 from recurbench.kernels.rem import rem_apply
@@ -167,6 +168,7 @@ def _outputs_and_grads(fn, leaves, cot):
 def test_cpu_matrix_products_equal_sdpa(monkeypatch, attention, n_queries):
     """Short key sequences on a CPU take the materialised-weights path; SDPA (above MATH_MAX_KEYS) gives
     the same values and gradients (fp64), causal masking only when square, LogSparse's pattern too."""
+    monkeypatch.setattr(attention_module, "MATH_MIN_HEAD_DIM", 1)  # these heads of 4 take the products
     g = torch.Generator().manual_seed(4)
     q = torch.randn(2, n_queries, 3, 4, dtype=torch.float64, generator=g)
     k, v = (torch.randn(2, 9, 3, 4, dtype=torch.float64, generator=g) for _ in range(2))
@@ -176,6 +178,19 @@ def test_cpu_matrix_products_equal_sdpa(monkeypatch, attention, n_queries):
     sdpa = _outputs_and_grads(attention, (q, k, v), cot)
     for name, a, b in zip(["out", "dq", "dk", "dv"], products, sdpa, strict=True):
         torch.testing.assert_close(a, b, msg=lambda m, n=name: f"{n}: {m}")
+
+
+def test_which_attention_path_a_cpu_takes():
+    """Wide heads materialise up to MATH_MAX_KEYS keys; narrow heads go through SDPA, unless an RSA mixer
+    mixes into the weights over at most SMALL_HEAD_RSA_MAX_KEYS keys; other devices never materialise."""
+    wide, narrow = torch.zeros(1, 1, 1, attention_module.MATH_MIN_HEAD_DIM), torch.zeros(1, 1, 1, 4)
+    path = attention_module.materialises_weights
+    assert path(wide, attention_module.MATH_MAX_KEYS, mixes_weights=False)
+    assert not path(wide, attention_module.MATH_MAX_KEYS + 1, mixes_weights=True)
+    assert not path(narrow, 8, mixes_weights=False)
+    assert path(narrow, attention_module.SMALL_HEAD_RSA_MAX_KEYS, mixes_weights=True)
+    assert not path(narrow, attention_module.SMALL_HEAD_RSA_MAX_KEYS + 1, mixes_weights=True)
+    assert not path(torch.zeros(1, 1, 1, 64, device="meta"), 8, mixes_weights=True)
 
 
 @pytest.mark.parametrize("causal", [False, True])
@@ -299,6 +314,32 @@ def test_masked_attention_uses_only_allowed_keys():
 def test_segment_bounds_cut_from_the_end():
     assert segment_bounds(72, 24) == [(0, 24), (24, 48), (48, 72)]
     assert segment_bounds(10, 4) == [(0, 2), (2, 6), (6, 10)]
+
+
+@pytest.mark.parametrize("memory_len", [0, 3])
+def test_relative_attention_equals_a_loop_over_query_key_pairs(memory_len):
+    """XL's score of query i (key-space position M + i) and key j, written out pair by pair:
+    ((q_i + u) . k_j + (q_i + v) . W_r R_{M+i-j}) / sqrt(D), keys after the query masked, softmax, times V."""
+    torch.manual_seed(7)
+    layer = RelativeAttentionLayer(12, 3, 0.0, relative=True, mixer=None).double().eval()
+    h, memory = torch.randn(2, 5, 12, dtype=torch.float64), torch.randn(2, memory_len, 12, dtype=torch.float64)
+    B, L, M, H, D = 2, 5, memory_len, 3, 4
+    context = torch.cat([memory, h], dim=1)
+    q = layer.q_proj(h).view(B, L, H, D)
+    k, v = layer.kv_proj(context).view(B, M + L, 2, H, D).unbind(2)
+    expected = torch.zeros(B, L, H, D, dtype=torch.float64)
+    for b in range(B):
+        for hd in range(H):
+            for i in range(L):
+                scores = []
+                for j in range(M + i + 1):
+                    r = layer.r_proj(sinusoid_table(torch.tensor([M + i - j]), 12).double())[0].view(H, D)[hd]
+                    scores.append(((q[b, i, hd] + layer.u_bias[hd]) @ k[b, j, hd]
+                                   + (q[b, i, hd] + layer.v_bias[hd]) @ r) / math.sqrt(D))
+                weights = torch.softmax(torch.stack(scores), dim=0)
+                expected[b, i, hd] = weights @ v[b, : M + i + 1, hd]
+    expected = layer.out_proj(expected.reshape(B, L, 12))
+    torch.testing.assert_close(layer(h, memory), expected)
 
 
 def test_relative_attention_is_causal_over_memory_and_segment():

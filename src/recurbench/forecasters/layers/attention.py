@@ -10,7 +10,7 @@ materialised weights mixes the REMs into the weights, ProbSparse into its active
 Kernels (no parameters; ``q, k, v`` are ``[B, T, H, D]``):
 
 * :class:`FullAttention` -- softmax attention (:func:`softmax_attention`: two matrix products on a CPU
-  for short key sequences, ``scaled_dot_product_attention`` otherwise).
+  for short key sequences and wide heads, ``scaled_dot_product_attention`` otherwise).
 * :class:`ProbSparseAttention` -- Informer's: the ``u = c * ceil(ln L)`` queries with the largest
   sparsity measure ``M(q, K) = max_j s_j - mean_j s_j`` (estimated on ``c * ceil(ln L_K)`` sampled
   keys) attend; the lazy ones get ``mean(V)`` (encoder) or ``cumsum(V)`` (masked decoder), exactly as
@@ -49,11 +49,37 @@ class Mixer(Protocol):
 
 
 MATH_MAX_KEYS = 128
-"""On a CPU, softmax attention over at most this many keys runs as two matrix products with the
-weights materialised (:func:`softmax_attention`); longer key sequences, and other devices, go through
+"""On a CPU, softmax attention over at most this many keys, with heads of at least
+:data:`MATH_MIN_HEAD_DIM`, runs as two matrix products with the weights materialised
+(:func:`softmax_attention`); longer key sequences, and other devices, go through
 ``scaled_dot_product_attention``. Measured on this project's 2-core CPU (B = 32, 8 heads of 64, forward
 and backward): the products take about half SDPA's time at T = 48-96, the two are even near T = 168,
 and SDPA is twice as fast at T = 256."""
+
+MATH_MIN_HEAD_DIM = 32
+"""Below this head width the materialised weights' ``[B, H, Tq, Tk]`` passes (mask, softmax, their
+backward) cost more than the products save: there plain softmax attention always goes through SDPA,
+and an RSA layer materialises its weights (to mix the REMs into them) only up to
+:data:`SMALL_HEAD_RSA_MAX_KEYS` keys. Measured with torch 2.13 on one thread of this CPU (B = 32,
+forward and backward, causal): with 5 heads of 4 (the langs suite's size) SDPA takes 0.53, 0.44 and
+0.32 of the products' time at T = 24, 48 and 96; with 8 heads of 8, 0.65, 0.67 and 0.37."""
+
+SMALL_HEAD_RSA_MAX_KEYS = 48
+"""RSA layers with heads narrower than :data:`MATH_MIN_HEAD_DIM`: the most keys for which mixing the
+REMs into materialised weights beats SDPA plus the O(T) REM mix. Measured as above with 5 heads of
+4 (settings II and IV of the langs suite): the weights mix takes 0.84-0.93 of SDPA + REM's time at
+T = 24, 1.20-1.43 at T = 48 and 2.2 at T = 96; with 8 heads of 8, 0.81, 1.08 and 1.57."""
+
+
+def materialises_weights(q: torch.Tensor, n_keys: int, *, mixes_weights: bool) -> bool:
+    """Whether :func:`softmax_attention` computes ``q``'s attention over ``n_keys`` keys as two matrix
+    products with the weights materialised (a CPU, few keys; see :data:`MATH_MAX_KEYS`), else SDPA.
+    ``mixes_weights``: an RSA mixer would mix its REMs into those weights."""
+    if q.device.type != "cpu":
+        return False
+    if q.shape[-1] >= MATH_MIN_HEAD_DIM:
+        return n_keys <= MATH_MAX_KEYS
+    return mixes_weights and n_keys <= min(SMALL_HEAD_RSA_MAX_KEYS, MATH_MAX_KEYS)
 
 
 def softmax_attention(
@@ -64,12 +90,13 @@ def softmax_attention(
     """Softmax attention ``[B, Tq, H, D]`` from ``q`` ``[B, Tq, H, D]`` and ``k``, ``v`` ``[B, Tk, H, D]``,
     scaled by 1/sqrt(D); ``allowed`` ``[Tq, Tk]`` restricts the keys, ``causal`` masks keys after the
     query (square only), ``dropout`` drops attention weights. With a ``mixer`` (RSA), the REM term is
-    mixed into the weights where they are materialised (:data:`MATH_MAX_KEYS`; the mixer's
+    mixed into the weights where they are materialised (:func:`materialises_weights`; the mixer's
     :meth:`~Mixer.mixes_weights`), else into the output: the same values either way."""
     Tq, Tk = q.shape[1], k.shape[1]
     causal = causal and Tq == Tk
-    materialised = q.device.type == "cpu" and Tk <= MATH_MAX_KEYS
-    into_weights = materialised and mixer is not None and mixer.mixes_weights(query_positions)
+    mixes = mixer is not None and mixer.mixes_weights(query_positions)
+    materialised = materialises_weights(q, Tk, mixes_weights=mixes)
+    into_weights = materialised and mixes
     if materialised:
         qh, kh, vh = (t.transpose(1, 2) for t in (q, k, v))  # [B, H, T, D]
         scale = 1.0 / math.sqrt(q.shape[-1])

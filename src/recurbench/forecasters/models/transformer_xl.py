@@ -55,20 +55,22 @@ class RelativeAttentionLayer(nn.Module):
         q = self.q_proj(h).view(B, L, H, D)
         k, v = self.kv_proj(context).view(B, M + L, 2, H, D).unbind(2)
 
+        scale = 1.0 / math.sqrt(D)  # on the queries, [B, L, H, D], not on the scores, [B, H, L, M + L]
+        N = M + L
         if self.relative:
-            scores = torch.einsum("bihd,bjhd->bhij", q + self.u_bias, k)
-            # distance(i, j) = (M + i) - j for query i (key-space position M + i) and key j.
-            distances = torch.arange(M + L - 1, -1, -1, device=h.device)  # M+L-1 .. 0
-            r = self.r_proj(sinusoid_table(distances, d).to(h.dtype)).view(M + L, H, D)
-            bd = torch.einsum("bihd,nhd->bhin", q + self.v_bias, r)  # column n <-> distance M+L-1-n
-            i = torch.arange(L, device=h.device)[:, None]
-            j = torch.arange(M + L, device=h.device)[None, :]
-            column = (M + L - 1 - (M + i - j)).clamp(0, M + L - 1)
-            scores = scores + torch.gather(bd, 3, column.expand(B, H, L, M + L))
+            scores = torch.einsum("bihd,bjhd->bhij", (q + self.u_bias) * scale, k)
+            # Relative scores: query i (key-space position M + i) and key j are M + i - j apart. With one
+            # row per distance N-1 .. -1 (n <-> N-1-n; -1 only ever meets masked keys), query i's row of
+            # bd, read from column L-1-i on, holds its keys' distances in key order; over the flattened
+            # rows that is one strided view, no gather (Transformer-XL's "relative shift").
+            distances = torch.arange(N - 1, -2, -1, device=h.device)
+            r = self.r_proj(sinusoid_table(distances, d).to(h.dtype)).view(N + 1, H, D)
+            bd = torch.einsum("bihd,nhd->bhin", (q + self.v_bias) * scale, r).reshape(B, H, L * (N + 1))
+            scores = scores + bd[..., L - 1 : L - 1 + L * N].view(B, H, L, N)
         else:
-            scores = torch.einsum("bihd,bjhd->bhij", q, k)
-        future = torch.arange(M + L, device=h.device)[None, :] > (M + torch.arange(L, device=h.device))[:, None]
-        scores = scores.masked_fill(future, float("-inf")) / math.sqrt(D)
+            scores = torch.einsum("bihd,bjhd->bhij", q * scale, k)
+        future = torch.arange(N, device=h.device)[None, :] > (M + torch.arange(L, device=h.device))[:, None]
+        scores = scores.masked_fill(future, float("-inf"))
         weights = self.dropout(torch.softmax(scores, dim=-1))
         positions = range(M, M + L)  # the segment's queries in the key frame [memory; segment]
         into_weights = self.mixer is not None and self.mixer.mixes_weights(positions)
