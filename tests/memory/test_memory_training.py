@@ -3,6 +3,8 @@ determinism of a training run; attention's gradient paths at initialisation (App
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 import torch
@@ -11,6 +13,7 @@ from recurbench.errors import ConfigError
 from recurbench.memory.models import SequenceModelConfig, build_model
 from recurbench.memory.tasks import make_task
 from recurbench.memory.training import (
+    GradientRecord,
     MemoryTrainConfig,
     gradient_norms,
     kappa_variants,
@@ -91,6 +94,15 @@ def test_attention_carries_gradient_to_the_data_steps_at_initialisation():
         ratio[core] = g[: task.copy_length].mean() / g[task.scored_from:].mean()
     assert ratio["lstm"] < 1e-8
     assert ratio["memlstm"] > 1e-3 and ratio["rellstm"] > 1e-3
+
+
+def test_gradient_ratio_is_the_first_step_over_step_T():
+    record = GradientRecord(init=[0.5, 1.0, 4.0, 8.0], final=[0.0, 2.0, 0.0, 1.0], first_steps=2)
+    assert record.ratio("init", 3) == 0.125  # t = 1 over t = 3, 1-based
+    assert record.ratio("final", 2) == 0.0  # the first step's norm underflowed
+    assert math.isnan(record.ratio("final", 3))  # nothing reached step T
+    with pytest.raises(ValueError, match=r"T must be in \[1, 4\]"):
+        record.ratio("init", 5)
 
 
 def test_kappa_variants_hold_one_of_nu_and_rho():

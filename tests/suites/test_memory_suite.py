@@ -124,6 +124,7 @@ def test_a_tiny_run_learns_copy_and_logs_everything(tmp_path):
     gradients = json.loads(run.artifacts["gradient_norms.json"])
     assert len(gradients["init"]) == len(gradients["final"]) == 3 + 2 * 2 and gradients["scored_from"] == 5
     assert outcome.metrics["grad_first_final"] == pytest.approx(sum(gradients["final"][:2]) / 2)
+    assert outcome.metrics["grad_ratio_final"] == pytest.approx(gradients["final"][0] / gradients["final"][2])  # T = 3
     assert run.artifacts["gradient_norms.png"].startswith(b"\x89PNG")
     assert [p["update"] for p in json.loads(run.artifacts["loss_curve.json"])] == [50, 100, 150, 200]
     # --skip-finished finds it at the same settings, and runs it again at others.

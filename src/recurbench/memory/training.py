@@ -162,6 +162,15 @@ class GradientRecord:
         values = getattr(self, which)[: self.first_steps]
         return float(np.mean(values)) if values else math.nan
 
+    def ratio(self, which: str, T: int) -> float:
+        """The norm at the first step over the norm at step T (1-based: ``t = 1`` and ``t = T``, the last
+        blank before the marker's row of steps): how much of the gradient that reaches step T is left
+        T - 1 steps further back. 0 where the first step's norm underflowed; NaN where step T's did."""
+        values = getattr(self, which)
+        if not 1 <= T <= len(values):
+            raise ValueError(f"ratio: T must be in [1, {len(values)}] (the recorded steps), got {T}")
+        return values[0] / values[T - 1] if values[T - 1] > 0 else math.nan
+
     def as_dict(self) -> dict[str, object]:
         return {"t": list(range(len(self.init))), "init": self.init, "final": self.final,
                 "first_steps": self.first_steps, "loss": "scored steps (L2)",

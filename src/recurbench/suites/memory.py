@@ -17,6 +17,8 @@ and logs, per run:
   accuracy at the scored steps), the reference code's logged values;
 * at the end: ``accuracy`` (held-out), ``final_loss``, ``grad_first_init`` / ``grad_first_final``
   (mean ``||dL2/dh_t||`` over the c data steps, at initialisation and after training),
+  ``grad_ratio_init`` / ``grad_ratio_final`` (the norm at t = 1 over the norm at t = T, 1-based: the
+  issue's measure of decay over the delay; 0 where the first step's norm underflowed),
   ``updates_per_second``, ``n_params``;
 * artifacts ``gradient_norms.json`` (``||dL2/dh_t||`` for every t, both times) with its figure
   ``gradient_norms.png`` (log scale against t), and ``loss_curve.json``.
@@ -248,7 +250,7 @@ class MemorySuite(SuiteDefinition):
     profile_model = MemoryProfile
     default_device = "cpu"  # batch 10, width 128, one step at a time: a GPU mostly waits on launches
     headline_metrics = ("accuracy", "train_accuracy", "final_loss", "grad_first_init", "grad_first_final",
-                        "updates_per_second", "n_params")
+                        "grad_ratio_init", "grad_ratio_final", "updates_per_second", "n_params")
 
     def plan(self, profile: BaseModel, selection: Mapping[str, Any], *, data_dir: str | None) -> list[RunPlan]:
         assert isinstance(profile, MemoryProfile)
@@ -298,6 +300,7 @@ class MemorySuite(SuiteDefinition):
         metrics = {
             "accuracy": result.accuracy, "train_accuracy": result.train_accuracy, "final_loss": result.final_loss,
             "grad_first_init": grads.first("init"), "grad_first_final": grads.first("final"),
+            "grad_ratio_init": grads.ratio("init", job.T), "grad_ratio_final": grads.ratio("final", job.T),
             "updates_per_second": result.updates_per_second, "n_params": float(result.n_params),
         }
         # train_accuracy was logged per window: its latest value is the last window's already.
@@ -322,7 +325,8 @@ class MemorySuite(SuiteDefinition):
             t = o.plan.tags
             groups.setdefault((t["task"], t["T"], t["model"], t["nu"], t["rho"]), []).append(o)
         header = ["task", "T", "core", "nu", "rho", "seeds", "accuracy", "train accuracy", "grad first (init)",
-                  "grad first (trained)", "paper (Table 5)", "s/run"]
+                  "grad first (trained)", "grad t=1 / t=T (init)", "grad t=1 / t=T (trained)", "paper (Table 5)",
+                  "s/run"]
         reference = paper_table5()
         rows = []
         for (task_name, T, core, nu, rho), group in groups.items():
@@ -338,9 +342,10 @@ class MemorySuite(SuiteDefinition):
             paper = reference.get((int(T), core)) if task_name == "copy" else None
             rows.append([task_name, T, core, nu, rho, f"{len(done)}/{len(group)}", cell("accuracy"),
                          cell("train_accuracy"), cell("grad_first_init", ".2e"), cell("grad_first_final", ".2e"),
+                         cell("grad_ratio_init", ".2e"), cell("grad_ratio_final", ".2e"),
                          f"{paper:.2f}" if paper is not None else "-",
                          f"{statistics.fmean(o.seconds for o in done):.0f}" if done else "-"])
-        if any(row[10] != "-" for row in rows) and (caveat := outcomes_caveat(self, outcomes)):
+        if any(row[header.index("paper (Table 5)")] != "-" for row in rows) and (caveat := outcomes_caveat(self, outcomes)):
             rows.append(footnote_row(f"paper (Table 5): {caveat}", header))
         return header, rows
 
