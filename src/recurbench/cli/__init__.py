@@ -50,6 +50,7 @@ bench_app.command("forecast")(bench.bench_forecast_cmd)
 bench_app.command("kernels")(bench.bench_kernels_cmd)
 bench_app.command("memattn")(bench.bench_memattn_cmd)
 bench_app.command("rl")(bench.bench_rl_cmd)
+bench_app.command("langs")(bench.bench_langs_cmd)
 
 
 def main() -> None:

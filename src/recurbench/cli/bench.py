@@ -210,3 +210,31 @@ def bench_rl_cmd(
         rows.append(["sb3-contrib RecurrentPPO (LSTM)", f"{peer:.0f}", "1.00x", f"{result['fps_sb3_contrib_cpu']:.0f}", "1.00x"])
     header = ["agent", "steps/s (wall)", "vs sb3-contrib", "steps/CPU-s", "vs sb3-contrib (CPU)"]
     console.print(table(f"PPO training steps/s on {env_id} ({n_envs} envs x {n_steps} steps)", header, rows))
+
+
+def bench_langs_cmd(
+    profile: Annotated[str, typer.Option("--profile", "-p", help="The langs profile whose runs are timed.")] = "paper",
+    languages: Annotated[list[str] | None, typer.Option("--languages", help="Languages (default: the profile's).")] = None,
+    models: Annotated[list[str] | None, typer.Option("--models", help="Models (default: the profile's).")] = None,
+    batches: Annotated[int, typer.Option("--batches", help="Training batches timed per model and language.")] = 40,
+    attention: Annotated[list[str] | None, typer.Option(
+        "--attention", help="auto (the runs' routing), products (weights materialised at every head width), or both.",
+    )] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Training and scoring speed of the langs suite's recognisers, and the run time it implies."""
+    from recurbench.bench.langs import ATTENTION_ROUTES, bench_langs  # noqa: PLC0415 - torch
+
+    routes = split_csv(attention) or list(ATTENTION_ROUTES)
+    check_names(routes, dict.fromkeys(ATTENTION_ROUTES), "attention route", "--attention")
+    at_least(1, batches=batches)
+    with console.status("benchmarking") as status:
+        rows = bench_langs(profile, languages=split_csv(languages) or (), models=split_csv(models) or (), batches=batches,
+                           attention=routes, progress=lambda what: status.update(f"benchmarking {what}"))
+    if as_json:
+        return print_json(rows)
+    header = ["language", "model", "attention", "ms/batch", "batches/epoch", "score bin 0 (s)", "score bin 1 (s)",
+              "run (min)"]
+    body = [[r["language"], r["model"], r["attention"], f"{r['ms_per_batch']:.1f}", str(r["batches_per_epoch"]),
+             f"{r['score_bin0_s']:.2f}", f"{r['score_bin1_s']:.2f}", f"{r['run_s'] / 60:.1f}"] for r in rows]
+    console.print(table(f"langs recognisers, profile {profile} (1 thread each)", header, body))
