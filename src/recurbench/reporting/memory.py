@@ -209,7 +209,7 @@ def loss_figure(curves: pd.DataFrame, baselines: Mapping[tuple[str, int], float]
         ax.set_ylabel("cross-entropy (all steps)")
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)
-    fig.suptitle("Training loss against updates (mean over seeds); cf. Kerg et al. App. D Fig. 4")
+    fig.suptitle("Training loss against updates (mean over seeds);\ncf. Kerg et al. App. D Fig. 4")
     return fig
 
 
