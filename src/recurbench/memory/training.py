@@ -163,9 +163,10 @@ class GradientRecord:
         return float(np.mean(values)) if values else math.nan
 
     def ratio(self, which: str, T: int) -> float:
-        """The norm at the first step over the norm at step T (1-based: ``t = 1`` and ``t = T``, the last
-        blank before the marker's row of steps): how much of the gradient that reaches step T is left
-        T - 1 steps further back. 0 where the first step's norm underflowed; NaN where step T's did."""
+        """The norm at the first step over the norm at step T (1-based ``t = 1`` and ``t = T``: a data
+        step and a blank of the delay, T - 1 steps apart): how much of the gradient that reaches step T
+        is left T - 1 steps further back. 0 where the first step's norm underflowed; NaN where step
+        T's did."""
         values = getattr(self, which)
         if not 1 <= T <= len(values):
             raise ValueError(f"ratio: T must be in [1, {len(values)}] (the recorded steps), got {T}")
