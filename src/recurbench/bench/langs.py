@@ -35,11 +35,15 @@ from recurbench.suites.registry import load_profile
 ATTENTION_ROUTES = ("auto", "products")
 
 
+def _check_route(route: str) -> None:
+    if route not in ATTENTION_ROUTES:
+        raise ConfigError(f"attention route {route!r}: choose one of {', '.join(ATTENTION_ROUTES)}")
+
+
 @contextmanager
 def attention_route(route: str) -> Iterator[None]:
     """Within the block, ``products`` materialises softmax attention's weights for heads of any width."""
-    if route not in ATTENTION_ROUTES:
-        raise ConfigError(f"attention route {route!r}: choose one of {', '.join(ATTENTION_ROUTES)}")
+    _check_route(route)
     saved = attention_module.MATH_MIN_HEAD_DIM
     if route == "products":
         attention_module.MATH_MIN_HEAD_DIM = 0
@@ -49,10 +53,15 @@ def attention_route(route: str) -> Iterator[None]:
         attention_module.MATH_MIN_HEAD_DIM = saved
 
 
-def _time_job(job: LangsJob, batches: int, seed: int) -> dict[str, Any]:
+def _splits(job: LangsJob) -> dict[str, EncodedSplit]:
+    """The job's language as encoded ``train``, ``bin0`` and ``bin1`` splits."""
     data = load_dataset(job.data, job.cache_dir)
-    train = EncodedSplit.of(data.language, data.splits["train"])
-    bins = {name: EncodedSplit.of(data.language, data.splits[name]) for name in ("bin0", "bin1")}
+    return {name: EncodedSplit.of(data.language, data.splits[name]) for name in ("train", "bin0", "bin1")}
+
+
+def _time_job(job: LangsJob, splits: dict[str, EncodedSplit], batches: int, seed: int) -> dict[str, Any]:
+    train = splits["train"]
+    bins = {name: splits[name] for name in ("bin0", "bin1")}
     torch.manual_seed(seed)
     model = build_recognizer(job.model, job.network)
     optimizer = torch.optim.Adam(model.parameters(), lr=job.training.learning_rate)
@@ -94,19 +103,21 @@ def bench_langs(
     if batches < 1:
         raise ConfigError(f"batches: must be at least 1, got {batches}")
     for route in attention:
-        if route not in ATTENTION_ROUTES:
-            raise ConfigError(f"attention route {route!r}: choose one of {', '.join(ATTENTION_ROUTES)}")
+        _check_route(route)
     definition, chosen = load_profile("langs", profile)
     selection = {"languages": list(languages) or None, "models": list(models) or None, "seeds": 1}
     plans = definition.plan(chosen, selection, data_dir=None)
     rows = []
+    encoded: dict[Any, dict[str, EncodedSplit]] = {}  # per language's data settings: read and encoded once
     for plan in plans:
         job: LangsJob = plan.payload
         torch.set_num_threads(job.torch_threads)
+        if job.data not in encoded:
+            encoded[job.data] = _splits(job)
         for route in attention:
             progress(f"{job.data.language} {job.model} ({route})")
             with attention_route(route):
-                timing = _time_job(job, batches, seed)
+                timing = _time_job(job, encoded[job.data], batches, seed)
             rows.append({"language": job.data.language, "model": job.model, "attention": route, **timing,
                          "threads": job.torch_threads})
     return rows
