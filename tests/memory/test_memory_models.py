@@ -55,8 +55,21 @@ def test_outputs_equal_the_agents_stepping(core):
     torch.testing.assert_close(model(tokens, fast=False), expected, rtol=0, atol=0)  # the step loop: exact
     torch.testing.assert_close(model(tokens), expected, rtol=1e-5, atol=1e-6)  # the fast path (fused LSTM)
     logits, hidden = model.hidden_states(tokens)
-    torch.testing.assert_close(logits, expected, rtol=0, atol=0)
+    exact = core != "memlstm"  # MemLSTM's hidden states come from its append-only history
+    torch.testing.assert_close(logits, expected, rtol=0 if exact else 1e-5, atol=0 if exact else 1e-6)
     assert len(hidden) == tokens.shape[1] and hidden[0].shape == (4, 12)
+
+
+def test_memlstm_history_gives_the_step_loops_hidden_state_gradients():
+    # what the gradient recorder takes: dL/dh_t for every t, with h_t as the graph holds it
+    model, tokens = _model("memlstm")
+    targets = torch.randint(0, 6, tokens.shape)
+    logits, hidden = model.hidden_states(tokens)
+    history = torch.autograd.grad(sequence_loss(logits, targets), hidden)
+    stepped = model.step_outputs(tokens)
+    loop = torch.autograd.grad(sequence_loss(model.head(torch.stack(stepped, dim=1)), targets), stepped)
+    for t, (a, b) in enumerate(zip(history, loop, strict=True)):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-7, msg=f"t={t}")
 
 
 def test_the_core_is_the_agents_own_class_and_builder():
@@ -69,8 +82,10 @@ def test_the_core_is_the_agents_own_class_and_builder():
     assert (mem.core.nu, mem.core.rho) == (6 + 2 * 3, 0)  # MemLSTM: every state of the L-step sequence
 
 
-def test_fused_lstm_gives_the_step_loops_gradients():
-    model, tokens = _model("lstm")
+@pytest.mark.parametrize("core", ["lstm", "memlstm"])
+def test_fast_path_gives_the_step_loops_gradients(core):
+    # lstm: nn.LSTM's fused kernel; memlstm: the append-only history (episode_outputs)
+    model, tokens = _model(core)
     targets = torch.randint(0, 6, tokens.shape)
     grads = []
     for fast in (True, False):
@@ -80,6 +95,24 @@ def test_fused_lstm_gives_the_step_loops_gradients():
     for name in grads[0]:
         torch.testing.assert_close(grads[0][name], grads[1][name], rtol=1e-4, atol=1e-6, msg=name)
     assert not any("shell" in n for n, _ in model.named_parameters())  # the nn.LSTM template adds nothing
+
+
+def test_memlstm_takes_the_history_only_when_it_keeps_the_whole_sequence(monkeypatch):
+    model, tokens = _model("memlstm")
+    calls = []
+    real = model.core.episode_outputs
+    monkeypatch.setattr(model.core, "episode_outputs", lambda x: calls.append(x.shape) or real(x))
+    model(tokens)
+    model.hidden_states(tokens)
+    assert calls == [(tokens.shape[1], tokens.shape[0], model.core.input_size)] * 2
+    # a window shorter than the sequence slides: the history would be wrong, so the step loop runs
+    task = make_task("denoise", 6, copy_length=3, labels=4)
+    torch.manual_seed(0)
+    short = build_model(task, SequenceModelConfig("memlstm", hidden_size=12, attention_size=6, memory_window=5))
+    assert not short.core.keeps_whole_episode(tokens.shape[1])
+    torch.testing.assert_close(short(tokens), short(tokens, fast=False), rtol=0, atol=0)
+    with pytest.raises(ValueError, match=r"a 12-step episode leaves this memory \(nu=5, rho=0\)"):
+        short.core.episode_outputs(short.embed(tokens.t()))
 
 
 def test_compiled_cell_path_steps_like_the_core(monkeypatch):

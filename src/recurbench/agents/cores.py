@@ -38,7 +38,7 @@ import torch
 from torch import Tensor, nn
 
 from recurbench.errors import ConfigError
-from recurbench.kernels.memattn import memory_attention_step
+from recurbench.kernels.memattn import AppendOnlyMemory, memory_attention_step
 
 State = tuple[Tensor, ...]
 
@@ -134,9 +134,45 @@ class AttentiveLSTMCore(MemoryCore):
     def _attend_and_step(self, x: Tensor, state: State, nu: int) -> tuple[Tensor, State]:
         h, c, s, steps, keys, values, scores, valid = state
         mem = memory_attention_step(self.query(s), keys, values, scores, valid, steps, self.key(h), h, self.v, nu=nu)
-        s = 0.5 * (h + mem.read)  # s_t = (h_{t-1} + sum_i alpha_i h_i) / 2
-        h, c = self.lstm(x, (s, c))
+        h, c, s = self._advance(x, h, c, mem.read)
         return h, (h, c, s, steps + 1, mem.keys, mem.values, mem.scores, mem.valid)
+
+    def _advance(self, x: Tensor, h: Tensor, c: Tensor, read: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """The LSTM step fed the attended state: ``(h_t, c_t, s_t)`` from ``h_{t-1}``, ``c_{t-1}`` and the read."""
+        s = 0.5 * (h + read)  # s_t = (h_{t-1} + sum_i alpha_i h_i) / 2
+        h, c = self.lstm(x, (s, c))
+        return h, c, s
+
+    def keeps_whole_episode(self, steps: int) -> bool:
+        """Whether an episode of ``steps`` steps never leaves the memory (no relevant set, a window
+        of at least ``steps``): MemLSTM over a sequence it sees whole, as in the memory tasks."""
+        return self.rho == 0 and self.nu >= steps
+
+    def episode_outputs(self, x: Tensor) -> list[Tensor]:
+        """One episode from an empty state: ``x`` [T, B, F] -> the outputs ``h_t`` [B, H] of its T steps
+        (each the tensor the next step consumed), for a memory that keeps every state of it
+        (:meth:`keeps_whole_episode`).
+
+        The same recurrence as :meth:`step` with ``episode_starts`` 1 at t = 0 and 0 after, over an
+        :class:`~recurbench.kernels.memattn.history.AppendOnlyMemory` instead of the slot state: step t
+        appends ``(U h_{t-1}, h_{t-1})`` and attends over ``h_0 .. h_{t-1}`` in ``O(t)``, with none of
+        the reference step's per-step copies of the whole memory. The step's other outputs (scores,
+        valid) are not produced: relevancy scores only matter to a relevant set, which this memory lacks.
+        """
+        T, B, _ = x.shape
+        if not self.keeps_whole_episode(T):
+            raise ValueError(f"episode_outputs: a {T}-step episode leaves this memory (nu={self.nu}, rho={self.rho}); "
+                             "step it with step() instead")
+        h = x.new_zeros(B, self.hidden_size)
+        c, s = torch.zeros_like(h), torch.zeros_like(h)
+        memory = AppendOnlyMemory(B, T, self.attention_size, self.hidden_size, dtype=x.dtype, device=x.device)
+        outputs = []
+        for t in range(T):
+            if t > 0:  # h_{t-1} enters the memory (at t = 0 nothing is pending: the read is 0)
+                memory.append(self.key(h), h)
+            h, c, s = self._advance(x[t], h, c, memory.attend(self.query(s), self.v))
+            outputs.append(h)
+        return outputs
 
     def prepare_replay(self, state: State) -> State:
         # Cached keys were computed with the acting-time U: recompute them with the current U so the

@@ -9,18 +9,21 @@ batch with an empty state and memory (``kerg_copy_denoise.md`` section 6.6).
 Layouts: tokens ``[B, L]`` in, logits ``[B, L, C]`` out (batch first, as the tasks draw them); the
 core is stepped time first (``[L, B, F]``, the layout of ``MemoryCore.forward_sequence``).
 
-Two faster paths give the same outputs as stepping (``tests/memory/test_memory_models.py``):
+Three faster paths give the same outputs as stepping (``tests/memory/test_memory_models.py``):
 
 * ``lstm``: the :class:`~recurbench.agents.cores.LSTMCore`'s own ``nn.LSTMCell`` parameters run
   through ``nn.LSTM``'s fused sequence kernel (the two share their weight layout), since nothing
   resets within a sequence. About 3x the steps per second of the step loop on a CPU.
-* attentive cores (``compile_core=True``, when gradients are recorded): the core's :meth:`cell`
+* ``memlstm`` with a window covering the sequence (the default, ``memory_window=None``): the core's
+  :meth:`~recurbench.agents.cores.AttentiveLSTMCore.episode_outputs`, the same recurrence over an
+  append-only history (no per-step copy of the whole memory; no compilation).
+* other attentive cores (``compile_core=True``, when gradients are recorded): the core's :meth:`cell`
   compiled by ``torch.compile`` and stepped exactly as ``MemoryCore.step`` does (``reset``, then
   ``cell``). About 2x on a CPU, for a compilation of 10-60 s per process and core shape (inductor
   caches it on disk).
 
-:meth:`MemorySequenceModel.hidden_states` always steps eagerly: the gradient recorder needs each
-``h_t`` as the tensor the next step consumed.
+:meth:`MemorySequenceModel.hidden_states` steps eagerly (the gradient recorder needs each ``h_t`` as
+the tensor the next step consumed), except for MemLSTM's history, whose ``h_t`` are those tensors too.
 """
 
 from __future__ import annotations
@@ -33,7 +36,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from recurbench.agents.cores import CORES, LSTMCore, MemoryCore, State, make_core
+from recurbench.agents.cores import CORES, AttentiveLSTMCore, LSTMCore, MemoryCore, State, make_core
 from recurbench.errors import ConfigError
 
 
@@ -162,9 +165,20 @@ class MemorySequenceModel(nn.Module):
 
     def hidden_states(self, tokens: Tensor) -> tuple[Tensor, list[Tensor]]:
         """Logits ``[B, L, C]`` and the hidden states ``h_t`` ([B, H] each, t = 0..L-1) as the graph
-        holds them, for gradients with respect to each (always the eager step loop)."""
-        outputs = self.step_outputs(tokens)
+        holds them, for gradients with respect to each: the eager step loop, or MemLSTM's append-only
+        history (whose ``h_t`` are the tensors the next step consumed as well; its memory grows as
+        ``L`` where the step loop's grows as ``L^2``)."""
+        outputs = self._history_outputs(tokens)
+        if outputs is None:
+            outputs = self.step_outputs(tokens)
         return self.head(torch.stack(outputs, dim=1)), outputs
+
+    def _history_outputs(self, tokens: Tensor) -> list[Tensor] | None:
+        """MemLSTM's outputs over an append-only history when its window keeps the whole sequence
+        (:meth:`~recurbench.agents.cores.AttentiveLSTMCore.episode_outputs`), else None."""
+        if isinstance(self.core, AttentiveLSTMCore) and self.core.keeps_whole_episode(tokens.shape[1]):
+            return self.core.episode_outputs(self._inputs(tokens)[0])
+        return None
 
     # -- the fast paths ---------------------------------------------------------------------------
 
@@ -189,6 +203,8 @@ class MemorySequenceModel(nn.Module):
         """Logits ``[B, L, C]`` of ``tokens`` [B, L]. ``fast=False`` forces the plain step loop."""
         if fast and type(self.core) is LSTMCore:
             return self.head(self._fused_lstm(tokens).transpose(0, 1))
+        if fast and (history := self._history_outputs(tokens)) is not None:
+            return self.head(torch.stack(history, dim=1))
         cell = None
         # Compiled for training only: under no_grad (evaluation) torch.compile would compile again.
         if fast and self.compile_core and torch.is_grad_enabled():

@@ -5,6 +5,9 @@ buffer + relevant set), attends over them and returns the read. The PyTorch refe
 :mod:`.naive` states the recurrence and runs on CPU and whenever gradients are needed; the fused
 Triton kernel in :mod:`.triton` runs for CUDA tensors without gradients (acting, evaluation) and
 updates the memory in place. Triton is imported only when that path is taken.
+
+:class:`AppendOnlyMemory` (:mod:`.history`) is the special case of a memory that keeps a whole episode
+(MemLSTM over a sequence its window covers): the same read in ``O(t)`` per step, with its own backward.
 """
 
 from __future__ import annotations
@@ -14,11 +17,12 @@ from typing import Literal
 import torch
 from torch import Tensor
 
+from recurbench.kernels.memattn.history import AppendOnlyMemory
 from recurbench.kernels.memattn.naive import MemoryStep, memory_attention_step_reference
 
 Backend = Literal["auto", "torch", "triton"]
 
-__all__ = ["MemoryStep", "memory_attention_step", "memory_attention_step_reference", "triton_available"]
+__all__ = ["AppendOnlyMemory", "MemoryStep", "memory_attention_step", "memory_attention_step_reference", "triton_available"]
 
 
 def triton_available() -> bool:
