@@ -3,7 +3,7 @@
 For each core and delay T: updates per second (forward, backward, clip, Adam) at the reference
 sizes (batch 10, width 128, copy task), with the plain step loop (``MemoryCore.step`` per symbol, as
 the agents step) and with the model's fast path (``nn.LSTM``'s fused kernel for the LSTM; the
-compiled cell for MemLSTM / RelLSTM, when ``compile_core``). Steps per second = updates/s x L.
+append-only history for MemLSTM; the compiled cell for RelLSTM, when ``compile_core``). Steps per second = updates/s x L.
 Wall-clock and CPU-time rates are both given: the latter is robust to other processes on the cores.
 """
 
@@ -47,17 +47,20 @@ def bench_memory(
     updates: int = 3,
     compile_core: bool = True,
     threads: int = 1,
+    paths: Sequence[str] = ("step", "fast"),
     progress: Callable[[str], None] = lambda _: None,
 ) -> list[dict[str, Any]]:
-    """One row per core x T x path (``step``: the step loop, ``fast``: the model's fast path):
-    ``updates_per_s``, ``steps_per_s`` (wall) and ``updates_per_cpu_s``, ``steps_per_cpu_s``."""
+    """One row per core x T x path of ``paths`` (``step``: the step loop, ``fast``: the model's fast
+    path): ``updates_per_s``, ``steps_per_s`` (wall) and ``updates_per_cpu_s``, ``steps_per_cpu_s``."""
+    if unknown := sorted(set(paths) - {"step", "fast"}):
+        raise ValueError(f"bench_memory: unknown path(s) {', '.join(unknown)}; choose step and/or fast")
     torch.set_num_threads(threads)
     rows = []
     for T in lengths:
         task = make_task("copy", T)
         inputs, targets = (torch.as_tensor(a) for a in task.sample(10, np.random.default_rng(0)))
         for core in cores:
-            for path in ("step", "fast"):
+            for path in paths:
                 progress(f"{core} T={T} {path}")
                 torch._dynamo.reset()  # a fresh compilation per model, as in a run (see training.py)
                 torch.manual_seed(0)

@@ -107,7 +107,7 @@ class _Attend(torch.autograd.Function):
             ctx.save_for_backward(query, v, None)
             return query.new_zeros(query.shape[0], memory.values.shape[2])
         keys, values = memory.keys[:, :size], memory.values[:, :size]  # [B, n, A], [B, n, H]
-        e = torch.tanh(query[:, None, :] + keys) @ v  # [B, n]
+        e = torch.add(keys, query[:, None, :]).tanh_() @ v  # [B, n]
         alpha = torch.softmax(e, dim=1)
         ctx.save_for_backward(query, v, alpha)
         return torch.bmm(alpha[:, None, :], values)[:, 0]
@@ -121,12 +121,14 @@ class _Attend(torch.autograd.Function):
             return token_grad, torch.zeros_like(query), torch.zeros_like(v), None, None
         keys, values = memory.keys[:, :size], memory.values[:, :size]
         grad_keys, grad_values = memory._gradient_buffers()
-        tanh = torch.tanh(query[:, None, :] + keys)  # [B, n, A], recomputed rather than saved
+        # In-place and fused (baddbmm) updates: at L = 520 the step is memory-bound on [B, n, A|H].
+        tanh = torch.add(keys, query[:, None, :]).tanh_()  # [B, n, A], recomputed rather than saved
         grad_alpha = torch.bmm(values, grad_read[:, :, None])[:, :, 0]  # [B, n]
-        grad_values[:, :size] += alpha[:, :, None] * grad_read[:, None, :]
+        grad_values[:, :size].baddbmm_(alpha[:, :, None], grad_read[:, None, :])  # += alpha_i grad_read
         grad_e = alpha * (grad_alpha - (alpha * grad_alpha).sum(dim=1, keepdim=True))  # softmax backward
-        grad_v = (grad_e[:, :, None] * tanh).sum(dim=(0, 1))
-        grad_pre = grad_e[:, :, None] * v * (1 - tanh * tanh)  # [B, n, A]: d/d(query + key_i)
+        grad_v = torch.bmm(grad_e[:, None, :], tanh)[:, 0].sum(dim=0)
+        # d/d(query + key_i) = grad_e_i v (1 - tanh^2), written over tanh
+        grad_pre = tanh.mul_(tanh).neg_().add_(1).mul_(v).mul_(grad_e[:, :, None])
         grad_keys[:, :size] += grad_pre
         return token_grad, grad_pre.sum(dim=1), grad_v, None, None
 

@@ -1,0 +1,20 @@
+"""The memory-task throughput benchmark: one row per core, T and path, with consistent rates."""
+
+from __future__ import annotations
+
+import pytest
+
+from recurbench.bench.memory import bench_memory
+
+
+def test_rows_per_core_length_and_path():
+    rows = bench_memory(("lstm", "memlstm"), (5,), updates=1, compile_core=False, paths=("fast",))
+    assert [(r["core"], r["T"], r["path"]) for r in rows] == [("lstm", 5, "fast"), ("memlstm", 5, "fast")]
+    for r in rows:  # steps per second = updates per second x L (L = T + 20 for copy)
+        assert r["steps_per_cpu_s"] == pytest.approx(r["updates_per_cpu_s"] * 25)
+        assert r["steps_per_s"] == pytest.approx(r["updates_per_s"] * 25)
+
+
+def test_an_unknown_path_is_named():
+    with pytest.raises(ValueError, match="unknown path"):
+        bench_memory(("lstm",), (5,), paths=("fused",))
