@@ -58,7 +58,7 @@ class SequenceModelConfig:
         RelLSTM: size of the relevant set (at least 0). ``kappa = nu + rho`` bounds the attended states.
     memory_window : int or None
         MemLSTM: how many past states it attends over; None: every state of the sequence (the
-        paper's MemRNN: memory and time grow as ``L^2``).
+        paper's MemRNN: time grows as ``L^2``; over the append-only history, memory as ``L``).
     embedding_dim : int or None
         None: the one-hot input of the reference code; an integer: a learned embedding of that width.
     """
