@@ -3,6 +3,8 @@ reads and gradients in float64, a second backward pass, and its limits."""
 
 from __future__ import annotations
 
+import weakref
+
 import pytest
 import torch
 
@@ -86,3 +88,15 @@ def test_a_full_history_refuses_another_state():
         memory.append(torch.zeros(B, A), torch.zeros(B, H))
     with pytest.raises(ValueError, match="all 2 slots are used"):
         memory.append(torch.zeros(B, A), torch.zeros(B, H))
+
+
+def test_the_history_is_freed_with_its_graph():
+    # Without a garbage collection: a reference cycle through autograd's graph is never collected, so
+    # a training loop leaked every update's history (20 GB after ~1000 updates at T = 500).
+    x = _inputs(3)
+    memory = AppendOnlyMemory(B, T, A, H, dtype=torch.float64)
+    buffers = [weakref.ref(memory._buffers.keys), weakref.ref(memory._buffers.values)]
+    reads = _history_reads(x, memory)
+    _gradients(reads, x)
+    del reads, memory
+    assert all(ref() is None for ref in buffers)

@@ -29,6 +29,23 @@ import torch
 from torch import Tensor
 
 
+class _Buffers:
+    """The history's tensors and their gradient buffers. The Functions' contexts hold this, never the
+    :class:`AppendOnlyMemory`: the memory holds the newest token, whose graph holds the contexts, so a
+    context holding the memory would make a reference cycle that autograd's graph keeps out of Python's
+    garbage collector, and every update's history would leak."""
+
+    def __init__(self, keys: Tensor, values: Tensor) -> None:
+        self.keys, self.values = keys, values
+        self.grad_keys: Tensor | None = None  # allocated by the first backward that reaches a step
+        self.grad_values: Tensor | None = None
+
+    def gradients(self) -> tuple[Tensor, Tensor]:
+        if self.grad_keys is None or self.grad_values is None:
+            self.grad_keys, self.grad_values = torch.zeros_like(self.keys), torch.zeros_like(self.values)
+        return self.grad_keys, self.grad_values
+
+
 class AppendOnlyMemory:
     """A batch of memories that only grow: ``append(key, value)`` then ``attend(query, v)``.
 
@@ -49,38 +66,30 @@ class AppendOnlyMemory:
 
     def __init__(self, batch: int, capacity: int, key_size: int, value_size: int, *,
                  dtype: torch.dtype = torch.float32, device: torch.device | str = "cpu") -> None:
-        self.keys = torch.zeros(batch, capacity, key_size, dtype=dtype, device=device)
-        self.values = torch.zeros(batch, capacity, value_size, dtype=dtype, device=device)
-        self.grad_keys: Tensor | None = None  # allocated by the first backward that reaches a step
-        self.grad_values: Tensor | None = None
+        self._buffers = _Buffers(torch.zeros(batch, capacity, key_size, dtype=dtype, device=device),
+                                 torch.zeros(batch, capacity, value_size, dtype=dtype, device=device))
         self.size = 0
         self._token = torch.zeros(0, dtype=dtype, device=device)
 
     @property
     def capacity(self) -> int:
-        return self.keys.shape[1]
+        return self._buffers.keys.shape[1]
 
     def append(self, key: Tensor, value: Tensor) -> None:
         """Store ``key`` [B, A] and ``value`` [B, H] in the next slot."""
         if self.size == self.capacity:
             raise ValueError(f"AppendOnlyMemory: all {self.capacity} slots are used; the history cannot grow")
-        self._token = _Append.apply(self._token, key, value, self, self.size)
+        self._token = _Append.apply(self._token, key, value, self._buffers, self.size)
         self.size += 1
 
     def attend(self, query: Tensor, v: Tensor) -> Tensor:
         """The read [B, H] of ``query`` [B, A] over the stored slots, scored by ``v`` [A]."""
-        return _Attend.apply(self._token, query, v, self, self.size)
-
-    def _gradient_buffers(self) -> tuple[Tensor, Tensor]:
-        if self.grad_keys is None or self.grad_values is None:
-            self.grad_keys, self.grad_values = torch.zeros_like(self.keys), torch.zeros_like(self.values)
-        return self.grad_keys, self.grad_values
+        return _Attend.apply(self._token, query, v, self._buffers, self.size)
 
 
 class _Append(torch.autograd.Function):
     @staticmethod
-    def forward(ctx: Any, token: Tensor, key: Tensor, value: Tensor, memory: AppendOnlyMemory,
-                slot: int) -> Tensor:
+    def forward(ctx: Any, token: Tensor, key: Tensor, value: Tensor, memory: _Buffers, slot: int) -> Tensor:
         memory.keys[:, slot].copy_(key.detach())
         memory.values[:, slot].copy_(value.detach())
         ctx.memory, ctx.slot = memory, slot
@@ -89,7 +98,7 @@ class _Append(torch.autograd.Function):
     @staticmethod
     def backward(ctx: Any, grad_token: Tensor) -> tuple[Tensor | None, ...]:
         memory, slot = ctx.memory, ctx.slot
-        grad_keys, grad_values = memory._gradient_buffers()
+        grad_keys, grad_values = memory.gradients()
         # Every later step's backward has run (they all take this append's token downstream), so
         # the slot's gradient is complete. Cleared so that another backward pass starts from zero.
         grad_key, grad_value = grad_keys[:, slot].clone(), grad_values[:, slot].clone()
@@ -100,8 +109,7 @@ class _Append(torch.autograd.Function):
 
 class _Attend(torch.autograd.Function):
     @staticmethod
-    def forward(ctx: Any, token: Tensor, query: Tensor, v: Tensor, memory: AppendOnlyMemory,
-                size: int) -> Tensor:
+    def forward(ctx: Any, token: Tensor, query: Tensor, v: Tensor, memory: _Buffers, size: int) -> Tensor:
         ctx.memory, ctx.size = memory, size
         if size == 0:
             ctx.save_for_backward(query, v, None)
@@ -120,7 +128,7 @@ class _Attend(torch.autograd.Function):
         if size == 0:
             return token_grad, torch.zeros_like(query), torch.zeros_like(v), None, None
         keys, values = memory.keys[:, :size], memory.values[:, :size]
-        grad_keys, grad_values = memory._gradient_buffers()
+        grad_keys, grad_values = memory.gradients()
         # In-place and fused (baddbmm) updates: at L = 520 the step is memory-bound on [B, n, A|H].
         tanh = torch.add(keys, query[:, None, :]).tanh_()  # [B, n, A], recomputed rather than saved
         grad_alpha = torch.bmm(values, grad_read[:, :, None])[:, :, 0]  # [B, n]
