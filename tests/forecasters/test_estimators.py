@@ -280,6 +280,21 @@ def test_update_refuses_bad_rows_before_the_cutoff_moves():
     pd.testing.assert_frame_equal(f.history_, history)
 
 
+def test_update_refuses_rows_that_leave_a_gap_after_the_series():
+    # Each update is equally spaced on its own; the gap is between the fitted window and the new rows.
+    y = hourly_frame(160)
+    f = InformerForecaster(**TINY, max_epochs=1).fit(y.iloc[:130], fh=[1, 2])
+    cutoff, history = f.cutoff, f.history_.copy()
+    with pytest.raises(ValueError, match=rf"^InformerForecaster: update's y does not continue the series: "
+                                         rf"{y.index[135]} is not one step after {y.index[129]}, the row before it"):
+        f.update(y.iloc[135:140])
+    assert f.cutoff.equals(cutoff)
+    pd.testing.assert_frame_equal(f.history_, history)
+    f.update(y.iloc[130:140])  # the same rows without the gap are taken, and so is a refit on any rows
+    assert f.cutoff[0] == y.index[139]
+    assert InformerForecaster(**TINY, max_epochs=1).fit(y.iloc[:130], fh=[1, 2]).fit(y.iloc[135:], fh=[1, 2]).is_fitted
+
+
 def test_verbose_prints_a_line_per_epoch_and_per_validation_check(capsys):
     y = hourly_frame(200)
     quiet = InformerForecaster(**TINY, max_epochs=2, val_size=0.25).fit(y, fh=[1, 2])

@@ -13,7 +13,8 @@ than ``seq_len + max(fh)`` is handled by shortening the input window to what the
 
 Input rules, checked in ``fit`` and ``update`` before anything changes: every value finite (a NaN or an
 infinite value is refused, naming its index label and column) and the index equally spaced (a datetime
-index must have a frequency, month ends and the like included; ``update`` checks the rows it is given),
+index must have a frequency, month ends and the like included; ``update`` checks the rows it is given
+and that they continue the fitted input window without a gap),
 since the windows and the forecast's index assume one step between rows. Each refusal is a
 ``ValueError`` that names the first offending row.
 """
@@ -171,6 +172,22 @@ def _refuse_irregular(name: str, index: pd.Index) -> None:
         f"{name}: y's index is not equally spaced: {_label(index[row])} (row {row}) is not one step after "
         f"{_label(index[row - 1])}, the step of the other rows{of}; the windows and the forecast's index need "
         "one step between rows: resample y to a regular frequency first (e.g. y.asfreq(...), then fill the gaps)"
+    )
+
+
+def _refuse_gap(name: str, window: pd.Index, new: pd.Index) -> None:
+    """Raise a ValueError when ``update``'s rows ``new`` and the fitted input ``window`` together are not
+    equally spaced: rows missing between them would put a gap inside the next input window."""
+    combined = window.union(new)
+    found = _off_step(combined)
+    if found is None:
+        return
+    row, step = found
+    of = "" if step is None else f" ({step})"
+    raise ValueError(
+        f"{name}: update's y does not continue the series: {_label(combined[row])} is not one step after "
+        f"{_label(combined[row - 1])}, the row before it, the step of the other rows{of}; pass the rows in "
+        "between too, so that the input window has no gap"
     )
 
 
@@ -433,6 +450,8 @@ class WindowedTorchForecaster(BaseForecaster):
         X_inner, y_inner = super()._check_X_y(X=X, y=y, **kwargs)
         if isinstance(y_inner, pd.DataFrame):  # a panel is fitted series by series, each checked then
             _refuse_irregular(name, y_inner.index)
+            if self.is_fitted and getattr(self, "history_", None) is not None:  # update (fit resets first)
+                _refuse_gap(name, self.history_.index, y_inner.index)
         return X_inner, y_inner
 
     def _progress(self, epochs: int, checks: int) -> dict[str, Any]:
