@@ -286,7 +286,7 @@ def test_update_refuses_rows_that_leave_a_gap_after_the_series():
     f = InformerForecaster(**TINY, max_epochs=1).fit(y.iloc[:130], fh=[1, 2])
     cutoff, history = f.cutoff, f.history_.copy()
     with pytest.raises(ValueError, match=rf"^InformerForecaster: update's y does not continue the series: "
-                                         rf"{y.index[135]} is not one step after {y.index[129]}, the row before it"):
+                                         rf"{y.index[135]} is not one step \(h\) after {y.index[129]}, the row before it; "):
         f.update(y.iloc[135:140])
     assert f.cutoff.equals(cutoff)
     pd.testing.assert_frame_equal(f.history_, history)

@@ -185,9 +185,9 @@ def _refuse_gap(name: str, window: pd.Index, new: pd.Index) -> None:
     row, step = found
     of = "" if step is None else f" ({step})"
     raise ValueError(
-        f"{name}: update's y does not continue the series: {_label(combined[row])} is not one step after "
-        f"{_label(combined[row - 1])}, the row before it, the step of the other rows{of}; pass the rows in "
-        "between too, so that the input window has no gap"
+        f"{name}: update's y does not continue the series: {_label(combined[row])} is not one step{of} after "
+        f"{_label(combined[row - 1])}, the row before it; pass the rows in between too, so that the input "
+        "window has no gap"
     )
 
 
