@@ -161,33 +161,25 @@ def _off_step(index: pd.Index) -> tuple[int, str | None] | None:
     return tail, _step_of(index[tail:])
 
 
-def _refuse_irregular(name: str, index: pd.Index) -> None:
-    """Raise a ValueError naming the first row at which ``index`` is not equally spaced."""
+def _refuse_irregular(name: str, index: pd.Index, *, update: bool = False) -> None:
+    """Raise a ValueError naming the first row at which ``index`` is not equally spaced. ``update``: the
+    index is the fitted input window joined with ``update``'s rows, and the error says that rows missing
+    between them would put a gap inside the next input window."""
     found = _off_step(index)
     if found is None:
         return
     row, step = found
+    after, before = _label(index[row]), _label(index[row - 1])
     of = "" if step is None else f" ({step})"
+    if update:
+        raise ValueError(
+            f"{name}: update's y does not continue the series: {after} is not one step{of} after {before}, "
+            "the row before it; pass the rows in between too, so that the input window has no gap"
+        )
     raise ValueError(
-        f"{name}: y's index is not equally spaced: {_label(index[row])} (row {row}) is not one step after "
-        f"{_label(index[row - 1])}, the step of the other rows{of}; the windows and the forecast's index need "
-        "one step between rows: resample y to a regular frequency first (e.g. y.asfreq(...), then fill the gaps)"
-    )
-
-
-def _refuse_gap(name: str, window: pd.Index, new: pd.Index) -> None:
-    """Raise a ValueError when ``update``'s rows ``new`` and the fitted input ``window`` together are not
-    equally spaced: rows missing between them would put a gap inside the next input window."""
-    combined = window.union(new)
-    found = _off_step(combined)
-    if found is None:
-        return
-    row, step = found
-    of = "" if step is None else f" ({step})"
-    raise ValueError(
-        f"{name}: update's y does not continue the series: {_label(combined[row])} is not one step{of} after "
-        f"{_label(combined[row - 1])}, the row before it; pass the rows in between too, so that the input "
-        "window has no gap"
+        f"{name}: y's index is not equally spaced: {after} (row {row}) is not one step after {before}, the "
+        f"step of the other rows{of}; the windows and the forecast's index need one step between rows: "
+        "resample y to a regular frequency first (e.g. y.asfreq(...), then fill the gaps)"
     )
 
 
@@ -451,7 +443,7 @@ class WindowedTorchForecaster(BaseForecaster):
         if isinstance(y_inner, pd.DataFrame):  # a panel is fitted series by series, each checked then
             _refuse_irregular(name, y_inner.index)
             if self.is_fitted and getattr(self, "history_", None) is not None:  # update (fit resets first)
-                _refuse_gap(name, self.history_.index, y_inner.index)
+                _refuse_irregular(name, self.history_.index.union(y_inner.index), update=True)
         return X_inner, y_inner
 
     def _progress(self, epochs: int, checks: int) -> dict[str, Any]:
