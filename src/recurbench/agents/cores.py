@@ -30,6 +30,7 @@ for :class:`EpisodeMemLSTMCore` at most M and changing from step to step.
 
 from __future__ import annotations
 
+import functools
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -39,12 +40,36 @@ from torch import Tensor, nn
 
 from recurbench.errors import ConfigError
 from recurbench.kernels.memattn import AppendOnlyMemory, memory_attention_step
+from recurbench.plugins import PluginRegistry, call_with_settings, first_doc_line
 
 State = tuple[Tensor, ...]
 
 
 class MemoryCore(nn.Module, ABC):
-    """A recurrent core: ``step(x, state, episode_starts) -> (output, state)``."""
+    """A recurrent core: ``step(x, state, episode_starts) -> (output, state)``.
+
+    The contract of every memory core, built-in or plugin (entry-point group ``recurbench.cores``;
+    :func:`recurbench.testing.check_core` checks it):
+
+    * **Receives** ``__init__(input_size, hidden_size, **settings)``: the width of the features it reads
+      and of the output it returns. ``settings`` are the suite's core settings (``attention_size``,
+      ``nu``, ``rho``, ``memory_window``, from the suite file or ``--set``); a plugin is handed only
+      those its ``__init__`` names. The suites log them (minigrid: ``core_settings.*``; memory:
+      ``model.*``) with the core's name (tag ``agent`` / ``model``).
+    * **State**: a tuple of tensors, each with the batch as its first dimension. :meth:`initial_state`
+      is the state at an episode start and is all zeros: the rollout buffer pads stored states with
+      zeros, so zeros must read as "empty". A state's other dimensions may change from step to step.
+    * **Returns** from :meth:`step` ``(output [B, hidden_size], state)``; :meth:`forward_sequence`
+      ``x [T, B, input_size]`` -> ``(outputs [T, B, hidden_size], state)``.
+    * **Episode starts**: ``episode_starts`` [B] is 1.0 where an episode starts at this step; those rows
+      must behave exactly as from :meth:`initial_state` (:meth:`reset`, which :meth:`step` calls).
+      Acting, training (:meth:`forward_sequence`) and prediction all go through :meth:`step`, so a
+      reset is identical in all three. Rows never mix.
+    * A subclass implements :meth:`initial_state` and :meth:`cell`; :meth:`reset`, :meth:`step` and
+      :meth:`forward_sequence` are shared (override :meth:`reset` only if zeros are not its empty
+      state). A core whose recurrent matrices are kept orthogonal lists them in
+      ``orthogonal_parameters()``.
+    """
 
     def __init__(self, input_size: int, hidden_size: int) -> None:
         super().__init__()
@@ -100,18 +125,33 @@ class LSTMCore(MemoryCore):
         return h, (h, c)
 
 
-class AttentiveLSTMCore(MemoryCore):
-    """LSTM + additive attention over a short-term buffer (``nu``) and a relevant set (``rho``)."""
+class AttentiveCore(MemoryCore):
+    """A recurrent cell fed the attended state: additive attention over a short-term buffer (``nu``)
+    and a relevant set (``rho``), one implementation for every cell family.
+
+    A step reads ``query = W s_{t-1}`` against the stored states, gets ``read = sum_i alpha_i h_i``
+    (:func:`~recurbench.kernels.memattn.memory_attention_step`), forms ``s_t = (h_{t-1} + read) / 2``
+    and advances the cell from ``s_t`` in place of ``h_{t-1}`` (:meth:`_recur`). Subclasses give the
+    cell: :class:`AttentiveLSTMCore` (MemLSTM, RelLSTM) and :class:`AttentiveRNNCore` (MemRNN, RelRNN).
+    The state always has the layout ``(h, c, s, steps, keys, values, scores, valid)``; an RNN's cell
+    state ``c`` has width 0.
+    """
 
     def __init__(self, input_size: int, hidden_size: int, *, nu: int, rho: int, attention_size: int = 64) -> None:
         super().__init__(input_size, hidden_size)
         if nu < 1 or rho < 0:
             raise ValueError(f"need nu >= 1 and rho >= 0, got nu={nu}, rho={rho}")
         self.nu, self.rho, self.attention_size = nu, rho, attention_size
-        self.lstm = nn.LSTMCell(input_size, hidden_size)
         self.query = nn.Linear(hidden_size, attention_size)  # W (with bias)
         self.key = nn.Linear(hidden_size, attention_size, bias=False)  # U: U 0 = 0 for empty slots
         self.v = nn.Parameter(torch.empty(attention_size).uniform_(-attention_size**-0.5, attention_size**-0.5))
+
+    cell_state_size: int = 0
+    """Width of the cell state ``c`` (an LSTM's ``H``; 0 for an RNN)."""
+
+    @abstractmethod
+    def _recur(self, x: Tensor, s: Tensor, c: Tensor) -> tuple[Tensor, Tensor]:
+        """The cell: ``(h_t, c_t)`` from the input, the attended state ``s_t`` and ``c_{t-1}``."""
 
     @property
     def slots(self) -> int:
@@ -126,7 +166,8 @@ class AttentiveLSTMCore(MemoryCore):
         def z(*shape: int) -> Tensor:
             return torch.zeros(*shape, device=device)
 
-        return z(batch, H), z(batch, H), z(batch, H), z(batch), z(batch, S, A), z(batch, S, H), z(batch, S), z(batch, S)
+        return (z(batch, H), z(batch, self.cell_state_size), z(batch, H), z(batch), z(batch, S, A), z(batch, S, H),
+                z(batch, S), z(batch, S))
 
     def cell(self, x: Tensor, state: State) -> tuple[Tensor, State]:
         return self._attend_and_step(x, state, self.nu)
@@ -138,14 +179,14 @@ class AttentiveLSTMCore(MemoryCore):
         return h, (h, c, s, steps + 1, mem.keys, mem.values, mem.scores, mem.valid)
 
     def _advance(self, x: Tensor, h: Tensor, c: Tensor, read: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-        """The LSTM step fed the attended state: ``(h_t, c_t, s_t)`` from ``h_{t-1}``, ``c_{t-1}`` and the read."""
+        """The cell fed the attended state: ``(h_t, c_t, s_t)`` from ``h_{t-1}``, ``c_{t-1}`` and the read."""
         s = 0.5 * (h + read)  # s_t = (h_{t-1} + sum_i alpha_i h_i) / 2
-        h, c = self.lstm(x, (s, c))
+        h, c = self._recur(x, s, c)
         return h, c, s
 
     def keeps_whole_episode(self, steps: int) -> bool:
         """Whether an episode of ``steps`` steps never leaves the memory (no relevant set, a window
-        of at least ``steps``): MemLSTM over a sequence it sees whole, as in the memory tasks."""
+        of at least ``steps``): MemLSTM / MemRNN over a sequence it sees whole, as in the memory tasks."""
         return self.rho == 0 and self.nu >= steps
 
     def episode_outputs(self, x: Tensor) -> list[Tensor]:
@@ -164,7 +205,7 @@ class AttentiveLSTMCore(MemoryCore):
             raise ValueError(f"episode_outputs: a {T}-step episode leaves this memory (nu={self.nu}, rho={self.rho}); "
                              "step it with step() instead")
         h = x.new_zeros(B, self.hidden_size)
-        c, s = torch.zeros_like(h), torch.zeros_like(h)
+        c, s = x.new_zeros(B, self.cell_state_size), torch.zeros_like(h)
         memory = AppendOnlyMemory(B, T, self.attention_size, self.hidden_size, dtype=x.dtype, device=x.device)
         outputs = []
         for t in range(T):
@@ -179,6 +220,33 @@ class AttentiveLSTMCore(MemoryCore):
         # replay is differentiable in U for the stored slots too (identical before any update).
         h, c, s, steps, _, values, scores, valid = state
         return h, c, s, steps, self.key(values), values, scores, valid
+
+
+class AttentiveLSTMCore(AttentiveCore):
+    """LSTM + additive attention over a short-term buffer (``nu``) and a relevant set (``rho``):
+    MemLSTM and RelLSTM. The LSTM's gates read ``[s_t, x_t]`` in place of ``[h_{t-1}, x_t]``."""
+
+    def __init__(self, input_size: int, hidden_size: int, *, nu: int, rho: int, attention_size: int = 64) -> None:
+        super().__init__(input_size, hidden_size, nu=nu, rho=rho, attention_size=attention_size)
+        self.lstm = nn.LSTMCell(input_size, hidden_size)
+        self.cell_state_size = hidden_size
+
+    def _recur(self, x: Tensor, s: Tensor, c: Tensor) -> tuple[Tensor, Tensor]:
+        return self.lstm(x, (s, c))
+
+
+class AttentiveRNNCore(AttentiveCore):
+    """An RNN + the same attention: MemRNN and RelRNN (Kerg et al.), ``h_t = phi(U x_t + b + V s_t)``
+    (the fact sheet, section 3; the RNN and its settings as :class:`RNNCore`)."""
+
+    def __init__(self, input_size: int, hidden_size: int, *, nu: int, rho: int, attention_size: int = 64,
+                 nonlinearity: str = "tanh", recurrent_init: str = "henaff", input_init: str = "xavier") -> None:
+        super().__init__(input_size, hidden_size, nu=nu, rho=rho, attention_size=attention_size)
+        self.rnn = RNNCell(input_size, hidden_size, nonlinearity=nonlinearity, recurrent_init=recurrent_init,
+                           input_init=input_init)
+
+    def _recur(self, x: Tensor, s: Tensor, c: Tensor) -> tuple[Tensor, Tensor]:
+        return self.rnn(x, s), c
 
 
 class EpisodeMemLSTMCore(AttentiveLSTMCore):
@@ -277,19 +345,30 @@ class CoreSpec:
     """The agents' variant, where it differs (MemLSTM: a memory that grows with the episode)."""
 
 
-CORES: dict[str, CoreSpec] = {
+def _plugin_core(obj: object, name: str) -> CoreSpec:
+    """A plugin's entry: a ready :class:`CoreSpec`, or a :class:`MemoryCore` subclass built as
+    ``cls(input_size, hidden_size, **the settings its __init__ names)``."""
+    if isinstance(obj, CoreSpec):
+        return obj
+    if isinstance(obj, type) and issubclass(obj, MemoryCore):
+        return CoreSpec(first_doc_line(obj) or name, functools.partial(call_with_settings, obj))
+    raise TypeError(f"{obj!r} is neither a MemoryCore subclass nor a CoreSpec")
+
+
+CORES: PluginRegistry[CoreSpec] = PluginRegistry("memory core", {
     "lstm": CoreSpec("LSTM baseline", _lstm),
     "memlstm": CoreSpec("MemLSTM: LSTM + additive attention over all past hidden states of the episode",
                         _memlstm, _episode_memlstm),
     "rellstm": CoreSpec("RelLSTM: LSTM + relevancy-screened sparse attention (short-term buffer nu, relevant "
                         "set rho)", _rellstm),
-}
-"""Every memory core by name (the agents and the memory tasks build theirs from here)."""
+}, _plugin_core)
+"""Every memory core by name, built-ins and plugins (group ``recurbench.cores``) and ``module:Class``
+names (the agents and the memory tasks build theirs from here)."""
 
 
 def make_core(name: str, input_size: int, hidden_size: int, *, agent: bool = False, **settings: int) -> MemoryCore:
-    """Build core ``name`` (``lstm``, ``memlstm``, ``rellstm``) with ``settings`` (``attention_size``,
-    ``nu``, ``rho``, ``memory_window``; each core reads its own). ``agent``: the variant an agent runs
+    """Build core ``name`` (a key of :data:`CORES`: built-in, plugin or ``module.path:ClassName``) with
+    ``settings`` (``attention_size``, ``nu``, ``rho``, ``memory_window``; each core reads its own). ``agent``: the variant an agent runs
     (:attr:`CoreSpec.build_agent`): episodes run from a few steps to thousands, and MemLSTM's window is
     sized for the longest (``memory_window``), so its memory grows with the episode instead."""
     if name not in CORES:
