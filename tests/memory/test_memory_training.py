@@ -1,5 +1,6 @@
 """Losses, accuracy and the gradient-norm recorder against hand computations; the kappa variants;
-determinism of a training run; attention's gradient paths at initialisation (App. C)."""
+determinism of a training run; attention's gradient paths at initialisation (App. C); stopping when
+solved; the orthogonal parameters' own learning rate."""
 
 from __future__ import annotations
 
@@ -10,13 +11,16 @@ import pytest
 import torch
 
 from recurbench.errors import ConfigError
+from recurbench.memory import training
 from recurbench.memory.models import SequenceModelConfig, build_model
 from recurbench.memory.tasks import make_task
 from recurbench.memory.training import (
     GradientRecord,
     MemoryTrainConfig,
+    SolveCheck,
     gradient_norms,
     kappa_variants,
+    make_optimizer,
     record_gradients,
     scored_accuracy,
     scored_loss,
@@ -140,6 +144,9 @@ def test_a_seed_fixes_a_training_run():
         ({"optimizer": "sgd"}, r"training\.optimizer: unknown optimizer 'sgd'; known: adam, rmsprop"),
         ({"updates": 0}, r"training\.updates: must be at least 1, got 0"),
         ({"learning_rate": 0.0}, r"training\.learning_rate: must be a positive number"),
+        ({"orth_learning_rate": -1e-5}, r"training\.orth_learning_rate: must be a positive number"),
+        ({"eval_every": 0}, r"training\.eval_every: must be at least 1"),
+        ({"solve_threshold": 1.5}, r"training\.solve_threshold: an accuracy in \(0, 1\], got 1.5"),
     ],
 )
 def test_bad_training_settings_fail_before_training(changes, message):
@@ -171,3 +178,89 @@ def test_each_core_learns_a_short_copy_task(core):
     assert result.accuracy >= 0.45
     first, last = result.curve[0], result.curve[-1]
     assert last.loss < first.loss and last.accuracy > first.accuracy + 0.2
+
+
+# ---------------------------------------------------------------------------------- stop when solved
+
+
+def test_solved_means_two_consecutive_evaluations_at_the_threshold():
+    check = SolveCheck(0.99)
+    outcomes = [check.record(u, a) for u, a in [(10, 0.995), (20, 0.5), (30, 0.99), (40, 0.98), (50, 1.0), (60, 0.99)]]
+    assert outcomes == [False, False, False, False, False, True]  # 0.995 then 0.5, 0.99 then 0.98: not solved
+    assert check.solved_at == 60
+
+
+def test_a_run_stops_at_the_second_of_two_solved_evaluations(monkeypatch):
+    # The held-out evaluations scripted (dependency injection through the module's evaluate): solved at
+    # the 5th evaluation (update 25), the lone 0.995 at the 2nd does not count. The last value is the
+    # final held-out accuracy, still measured after the stop.
+    scripted = iter([0.5, 0.995, 0.9, 0.99, 1.0, 0.97])
+    calls = []
+
+    def scripted_evaluate(model, task, batches, batch_size, rng, device):
+        calls.append(batches)
+        return next(scripted)
+
+    monkeypatch.setattr(training, "evaluate", scripted_evaluate)
+    seen = []
+    task = make_task("copy", 3, copy_length=2, labels=4)
+    result = train_memory_task(task, SequenceModelConfig("lstm", hidden_size=8),
+                               MemoryTrainConfig(updates=100, batch_size=4, log_every=10, eval_batches=3, eval_every=5),
+                               seed=0, on_eval=lambda u, a: seen.append((u, a)))
+    assert result.solved_at == 25 and result.updates == 25
+    assert result.evaluations == seen == [(5, 0.5), (10, 0.995), (15, 0.9), (20, 0.99), (25, 1.0)]
+    assert [p.update for p in result.curve] == [10, 20, 25]  # the last window closes at the stop
+    assert result.accuracy == 0.97 and calls == [3] * 6
+
+
+def test_an_unsolved_run_goes_to_the_cap_and_ends_as_without_evaluations():
+    # Evaluations draw from a stream of their own: a run that never solves is the run without them.
+    evaluated, plain = _tiny(0, eval_every=4), _tiny(0)
+    assert evaluated.solved_at is None and evaluated.updates == plain.updates == 12
+    assert [u for u, _ in evaluated.evaluations] == [4, 8, 12] and plain.evaluations == []
+    assert [(p.update, p.loss) for p in evaluated.curve] == [(p.update, p.loss) for p in plain.curve]
+    assert evaluated.accuracy == plain.accuracy and evaluated.gradients.final == plain.gradients.final
+
+
+def test_an_lstm_solves_a_tiny_copy_task_and_stops():
+    # Copy 2 symbols from 4 over a delay of 3: an LSTM solves it in a few hundred updates (seed 0: 250).
+    task = make_task("copy", 3, copy_length=2, labels=4)
+    result = train_memory_task(task, SequenceModelConfig("lstm", hidden_size=32),
+                               MemoryTrainConfig(updates=1000, batch_size=32, learning_rate=0.03, log_every=50,
+                                                 eval_batches=4, eval_every=25), seed=0)
+    assert result.solved_at is not None and result.solved_at < 1000
+    accuracies = [a for _, a in result.evaluations]
+    assert [u for u, _ in result.evaluations] == list(range(25, result.solved_at + 1, 25))
+    assert min(accuracies[-2:]) >= 0.99
+    assert not any(min(a, b) >= 0.99 for a, b in zip(accuracies[:-2], accuracies[1:-1], strict=True))
+    assert result.curve[-1].update == result.updates == result.solved_at
+    assert result.accuracy >= 0.95  # the final held-out batches, after the stop
+
+
+# ------------------------------------------------------------------------ orthogonal parameters' rate
+
+
+def test_orthogonal_parameters_train_at_their_own_rate():
+    # Adam's first step moves every parameter by its group's rate (m / sqrt(v) = sign of the gradient).
+    task = make_task("copy", 3, copy_length=2, labels=4)
+    torch.manual_seed(0)
+    model = build_model(task, SequenceModelConfig("exprnn", hidden_size=8))
+    orthogonal = model.core.orthogonal_parameters()
+    assert orthogonal
+    optimizer = make_optimizer(model, MemoryTrainConfig(learning_rate=1e-3, orth_learning_rate=1e-5))
+    assert [g["lr"] for g in optimizer.param_groups] == [1e-3, 1e-5]
+    assert {id(p) for p in optimizer.param_groups[1]["params"]} == {id(p) for p in orthogonal}
+    n_trainable = sum(1 for p in model.parameters() if p.requires_grad)
+    assert sum(len(g["params"]) for g in optimizer.param_groups) == n_trainable
+    before = [p.detach().clone() for p in model.parameters()]
+    x, y = (torch.as_tensor(a) for a in task.sample(4, np.random.default_rng(0)))
+    sequence_loss(model(x), y).backward()
+    optimizer.step()
+    special = {id(p) for p in orthogonal}
+    steps = {id(p): float((p.detach() - b).abs().max()) for p, b in zip(model.parameters(), before, strict=True)}
+    assert all(steps[i] == pytest.approx(1e-5, rel=1e-2) for i in special)
+    assert max(s for i, s in steps.items() if i not in special) == pytest.approx(1e-3, rel=1e-2)
+    # Without orthogonal parameters (or without the setting), one group at the rate.
+    assert len(make_optimizer(build_model(task, SequenceModelConfig("lstm", hidden_size=8)),
+                              MemoryTrainConfig(orth_learning_rate=1e-5)).param_groups) == 1
+    assert [g["lr"] for g in make_optimizer(model, MemoryTrainConfig(learning_rate=1e-3)).param_groups] == [1e-3, 1e-3]

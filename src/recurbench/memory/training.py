@@ -4,10 +4,15 @@ Follows ``shared/reference/kerg_copy_denoise.md`` (sections 1, 2 and 5):
 
 * every update draws a fresh batch; the loss is the cross-entropy of every step (blank steps
   included), batch mean, summed over the ``L`` steps and divided by ``L`` (:func:`sequence_loss`);
-* gradients are clipped to a total norm (1.0), then Adam or RMSprop (alpha 0.99) steps;
+* gradients are clipped to a total norm (1.0), then Adam or RMSprop (alpha 0.99) steps; a core's
+  orthogonal parameters (expRNN's, ``MemoryCore.orthogonal_parameters``) may have their own learning
+  rate, as in Lezcano-Casado & Martinez-Rubio's code (``kerg_copy_denoise.md`` section 7);
 * accuracy is the argmax at the ``c`` scored steps (``t >= T + c``): the training-batch value,
   averaged over the ``log_every`` updates of a log window (what the reference code logs), and a
   held-out value at the end, on ``eval_batches`` fresh batches the training never saw;
+* stopping when solved (``eval_every``): a held-out evaluation every ``eval_every`` updates, and the
+  run stops once two consecutive ones reach ``solve_threshold`` (:class:`SolveCheck`); ``updates`` is
+  then a cap. The paper's 200,000 updates (Table 5) become a cap, not a cost;
 * gradient propagation: for one fixed batch, ``||dL2/dh_t||`` (Frobenius over batch and hidden units)
   for every ``t = 0..L-1``, where ``L2`` is the cross-entropy of the scored steps only, summed and
   divided by ``L`` (:func:`scored_loss`, the reference code's measured loss), at initialisation and
@@ -18,8 +23,10 @@ The rebuttal's trade-off (kappa = nu + rho, App. C Fig. 3): :func:`kappa_variant
 settings of a sweep with nu (or rho) fixed, :func:`sweep_kappa` trains each and reports the final
 accuracy and the gradient norm at the first steps against kappa.
 
-Seeds: ``seed`` fixes the initialisation (``torch.manual_seed``) and three independent data streams
-(numpy ``SeedSequence`` children): training batches, the gradient batch and the held-out batches.
+Seeds: ``seed`` fixes the initialisation (``torch.manual_seed``) and four independent data streams
+(numpy ``SeedSequence`` children): training batches, the gradient batch, the final held-out batches
+and the evaluations during training. The evaluations draw from a stream of their own, so a run that
+never solves ends exactly as it would without them.
 """
 
 from __future__ import annotations
@@ -39,6 +46,7 @@ from recurbench.memory.models import MemorySequenceModel, SequenceModelConfig, b
 from recurbench.memory.tasks import MemoryTask
 from recurbench.runtime import raise_if_terminated
 
+#: optimiser name -> ``(params or param groups, config) -> optimiser`` (a group's own ``lr`` wins).
 OPTIMIZERS: dict[str, Callable[..., torch.optim.Optimizer]] = {
     "adam": lambda params, cfg: torch.optim.Adam(params, lr=cfg.learning_rate),
     "rmsprop": lambda params, cfg: torch.optim.RMSprop(params, lr=cfg.learning_rate, alpha=cfg.rmsprop_alpha),
@@ -59,6 +67,10 @@ class MemoryTrainConfig:
         ``adam`` or ``rmsprop`` (alpha ``rmsprop_alpha``, weight decay 0).
     learning_rate : float
         2e-4 (Table 6: LSTM and RelRNN with Adam).
+    orth_learning_rate : float or None
+        The learning rate of the core's orthogonal parameters (``MemoryCore.orthogonal_parameters``:
+        expRNN's skew-symmetric generator), a second parameter group; None: ``learning_rate``.
+        expRNN's code uses a tenth of the rate (2e-5 beside 2e-4).
     rmsprop_alpha : float
         RMSprop's smoothing constant (0.99).
     clip_norm : float
@@ -66,7 +78,14 @@ class MemoryTrainConfig:
     log_every : int
         Updates per logged point: the mean training loss and accuracy over the window (100).
     eval_batches : int
-        Held-out batches scored after training (the reference code has none).
+        Held-out batches scored after training, and at each evaluation during training (the
+        reference code has none).
+    eval_every : int or None
+        Updates between held-out evaluations during training; the run stops once two consecutive
+        ones reach ``solve_threshold`` (``updates`` is then a cap). None: no evaluation during
+        training, every run goes to ``updates``.
+    solve_threshold : float
+        The held-out accuracy at which an evaluation counts as solved (0.99).
     compile_core : bool
         Compile an attentive core's step with ``torch.compile`` (faster for long runs; see
         :mod:`recurbench.memory.models`).
@@ -81,6 +100,9 @@ class MemoryTrainConfig:
     log_every: int = 100
     eval_batches: int = 10
     compile_core: bool = False
+    orth_learning_rate: float | None = None
+    eval_every: int | None = None
+    solve_threshold: float = 0.99
 
     def check(self, where: str = "training") -> None:
         if self.optimizer not in OPTIMIZERS:
@@ -88,10 +110,14 @@ class MemoryTrainConfig:
         for key in ("updates", "batch_size", "log_every", "eval_batches"):
             if getattr(self, key) < 1:
                 raise ConfigError(f"{where}.{key}: must be at least 1, got {getattr(self, key)}")
-        for key in ("learning_rate", "clip_norm"):
+        if self.eval_every is not None and self.eval_every < 1:
+            raise ConfigError(f"{where}.eval_every: must be at least 1 (or None: no evaluation), got {self.eval_every}")
+        for key in ("learning_rate", "clip_norm", "orth_learning_rate"):
             value = getattr(self, key)
-            if not (value > 0 and math.isfinite(value)):
+            if value is not None and not (value > 0 and math.isfinite(value)):
                 raise ConfigError(f"{where}.{key}: must be a positive number, got {value}")
+        if not 0 < self.solve_threshold <= 1:
+            raise ConfigError(f"{where}.solve_threshold: an accuracy in (0, 1], got {self.solve_threshold}")
 
 
 # -------------------------------------------------------------------------------- losses, scores
@@ -189,18 +215,59 @@ class MemoryTrainResult:
     gradients: GradientRecord
     curve: list[LogPoint] = field(default_factory=list)
     seconds: float = 0.0
-    """Wall time of the updates (gradient recording and evaluation aside)."""
+    """Wall time of the updates (gradient recording and evaluations aside)."""
     n_params: int = 0
+    updates: int = 0
+    """Updates run: the cap, or the update at which the run was solved."""
+    solved_at: int | None = None
+    """The update of the second of two consecutive evaluations at the threshold; None: not solved."""
+    evaluations: list[tuple[int, float]] = field(default_factory=list)
+    """``(update, held-out accuracy)`` of each evaluation during training."""
 
     @property
     def updates_per_second(self) -> float:
         return self.curve[-1].update / self.seconds if self.curve and self.seconds > 0 else math.nan
 
 
-def _streams(seed: int) -> tuple[np.random.Generator, np.random.Generator, np.random.Generator]:
-    """Independent generators for the training batches, the gradient batch and the held-out batches."""
-    train, grad, held_out = np.random.SeedSequence(seed).spawn(3)
-    return np.random.default_rng(train), np.random.default_rng(grad), np.random.default_rng(held_out)
+@dataclass
+class SolveCheck:
+    """Whether a run is solved: two consecutive held-out evaluations at ``threshold`` or above."""
+
+    threshold: float
+    history: list[tuple[int, float]] = field(default_factory=list)
+    solved_at: int | None = None
+
+    def record(self, update: int, accuracy: float) -> bool:
+        """Add the evaluation at ``update``; True once this one and the one before reach the threshold."""
+        before = self.history[-1][1] if self.history else -math.inf
+        self.history.append((update, accuracy))
+        if self.solved_at is None and min(before, accuracy) >= self.threshold:
+            self.solved_at = update
+        return self.solved_at is not None
+
+
+@dataclass
+class _LogWindow:
+    """The training loss and accuracy of the updates since the last logged point."""
+
+    losses: list[float] = field(default_factory=list)
+    accuracies: list[float] = field(default_factory=list)
+
+    def add(self, loss: float, accuracy: float) -> None:
+        self.losses.append(loss)
+        self.accuracies.append(accuracy)
+
+    def close(self, update: int, seconds: float) -> LogPoint:
+        point = LogPoint(update, float(np.mean(self.losses)), float(np.mean(self.accuracies)), seconds)
+        self.losses, self.accuracies = [], []
+        return point
+
+
+def _streams(seed: int) -> tuple[np.random.Generator, ...]:
+    """Independent generators for the training batches, the gradient batch, the final held-out
+    batches and the evaluations during training (children 0-2 are those of the three streams before
+    the fourth was added: the same data as then)."""
+    return tuple(np.random.default_rng(child) for child in np.random.SeedSequence(seed).spawn(4))
 
 
 def _tensors(task: MemoryTask, batch: int, rng: np.random.Generator, device: torch.device) -> tuple[Tensor, Tensor]:
@@ -219,6 +286,18 @@ def evaluate(model: MemorySequenceModel, task: MemoryTask, batches: int, batch_s
     return float(np.mean(hits))
 
 
+def make_optimizer(model: MemorySequenceModel, config: MemoryTrainConfig) -> torch.optim.Optimizer:
+    """``config.optimizer`` over the model's trainable parameters: one group, or two when the core has
+    orthogonal parameters (the second at ``orth_learning_rate``, where given)."""
+    orthogonal = [p for p in model.core.orthogonal_parameters() if p.requires_grad]
+    if not orthogonal:
+        return OPTIMIZERS[config.optimizer]([p for p in model.parameters() if p.requires_grad], config)
+    special = {id(p) for p in orthogonal}
+    others = [p for p in model.parameters() if p.requires_grad and id(p) not in special]
+    orth_lr = config.learning_rate if config.orth_learning_rate is None else config.orth_learning_rate
+    return OPTIMIZERS[config.optimizer]([{"params": others}, {"params": orthogonal, "lr": orth_lr}], config)
+
+
 def train_memory_task(
     task: MemoryTask,
     model_config: SequenceModelConfig,
@@ -227,10 +306,13 @@ def train_memory_task(
     seed: int = 0,
     device: torch.device | str = "cpu",
     on_log: Callable[[LogPoint], None] | None = None,
+    on_eval: Callable[[int, float], None] | None = None,
     progress: Callable[[float, float, str], None] = lambda *_: None,
 ) -> MemoryTrainResult:
     """Train a :class:`MemorySequenceModel` with ``model_config`` on ``task`` (settings checked
-    first: a :class:`ConfigError` before anything trains)."""
+    first: a :class:`ConfigError` before anything trains) for ``config.updates`` updates, or until
+    solved (``config.eval_every``). ``on_log`` gets each logged point, ``on_eval`` each evaluation
+    during training (update, held-out accuracy)."""
     task.check("task")
     model_config.check()
     config.check()
@@ -240,19 +322,22 @@ def train_memory_task(
         # in one process (the serial engine) it would stop compiling and fall back to eager.
         torch._dynamo.reset()
     torch.manual_seed(seed)
-    train_rng, grad_rng, eval_rng = _streams(seed)
+    train_rng, grad_rng, eval_rng, check_rng = _streams(seed)
     model = build_model(task, model_config, compile_core=config.compile_core).to(device)
     params = [p for p in model.parameters() if p.requires_grad]
-    optimizer = OPTIMIZERS[config.optimizer](params, config)
+    optimizer = make_optimizer(model, config)
     grad_batch = _tensors(task, config.batch_size, grad_rng, device)
     progress(0, config.updates, "gradient norms at initialisation")
     init = record_gradients(model, task, *grad_batch)
 
     curve: list[LogPoint] = []
-    window_loss: list[float] = []
-    window_acc: list[float] = []
+    window = _LogWindow()
+    check = SolveCheck(config.solve_threshold)
     start = time.perf_counter()
-    for update in range(1, config.updates + 1):
+    evaluating = 0.0  # seconds spent in the evaluations, left out of the updates' time
+    update = 0
+    while update < config.updates and check.solved_at is None:
+        update += 1
         raise_if_terminated()  # a stop swallowed on its way (see recurbench.runtime)
         inputs, targets = _tensors(task, config.batch_size, train_rng, device)
         logits = model(inputs)
@@ -261,24 +346,31 @@ def train_memory_task(
         loss.backward()
         torch.nn.utils.clip_grad_norm_(params, config.clip_norm)
         optimizer.step()
-        window_loss.append(float(loss.detach()))
-        window_acc.append(scored_accuracy(logits.detach(), targets, task.scored_from))
-        if update % config.log_every == 0 or update == config.updates:
-            point = LogPoint(update, float(np.mean(window_loss)), float(np.mean(window_acc)), time.perf_counter() - start)
+        window.add(float(loss.detach()), scored_accuracy(logits.detach(), targets, task.scored_from))
+        if config.eval_every is not None and update % config.eval_every == 0:
+            began = time.perf_counter()
+            accuracy = evaluate(model, task, config.eval_batches, config.batch_size, check_rng, device)
+            evaluating += time.perf_counter() - began
+            check.record(update, accuracy)
+            if on_eval is not None:
+                on_eval(update, accuracy)
+        if update % config.log_every == 0 or update == config.updates or check.solved_at is not None:
+            point = window.close(update, time.perf_counter() - start)
             curve.append(point)
-            window_loss, window_acc = [], []
             if on_log is not None:
                 on_log(point)
             progress(update, config.updates, f"loss {point.loss:.4f}, accuracy {point.accuracy:.3f}")
-    seconds = time.perf_counter() - start
+    seconds = time.perf_counter() - start - evaluating
 
-    progress(config.updates, config.updates, "gradient norms after training, held-out accuracy")
+    done = "solved" if check.solved_at is not None else "the update cap"
+    progress(config.updates, config.updates, f"{done}: gradient norms after training, held-out accuracy")
     final = record_gradients(model, task, *grad_batch)
     accuracy = evaluate(model, task, config.eval_batches, config.batch_size, eval_rng, device)
     return MemoryTrainResult(
         accuracy=accuracy, train_accuracy=curve[-1].accuracy, final_loss=curve[-1].loss,
         gradients=GradientRecord(init.tolist(), final.tolist(), task.copy_length), curve=curve, seconds=seconds,
-        n_params=sum(p.numel() for p in params),
+        n_params=sum(p.numel() for p in params), updates=update, solved_at=check.solved_at,
+        evaluations=check.history,
     )
 
 
