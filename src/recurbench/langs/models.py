@@ -39,6 +39,7 @@ from recurbench.forecasters.layers.blocks import SelfAttentionBlock
 from recurbench.forecasters.layers.embedding import sinusoid_table
 from recurbench.forecasters.layers.rsa import REMHeadConfig, RSAMixer
 from recurbench.forecasters.models.transformer_xl import RelativeAttentionLayer, XLBlock
+from recurbench.plugins import PluginRegistry
 
 VOCAB = 3
 """Padding plus the two symbols of every language."""
@@ -106,6 +107,21 @@ class LangModelConfig:
 
 class Recognizer(nn.Module):
     """Embedding -> ``encode`` (the architecture) -> linear head -> sigmoid, per position.
+
+    The language-model contract, for the built-ins and for plugins (entry-point group
+    ``recurbench.langs``, or ``--models module.path:ClassName``; checked by
+    :func:`recurbench.testing.check_language_model`). A plugin may subclass this class and write
+    :meth:`encode` only, or be any ``nn.Module`` that keeps the contract:
+
+    * **Receives** ``__init__(cfg: LangModelConfig)``: ``d_model``, ``n_heads``, ``n_layers``, ``d_ff``,
+      ``dropout``, ... (each model reads those it uses), from the langs suite's ``network`` settings
+      (suite file or ``--set network.d_model=40``), logged as ``network.*`` params with the model's
+      name as tag ``model``.
+    * **Returns** from ``forward(ids [B, T])`` (0 = padding, only at the end; symbols 1 and 2) the
+      two units' probabilities ``[B, T, 2]`` in [0, 1], one prediction per prefix.
+    * **Causal and stateless**: position t reads positions <= t only (so the padding after a string
+      never changes its predictions), no row reads another, and nothing carries over between calls:
+      every string is its own episode.
 
     Parameters
     ----------
@@ -226,7 +242,16 @@ class LangArchitecture:
     rsa: bool = False
 
 
-LANG_MODELS: dict[str, LangArchitecture] = {
+def _plugin_language_model(obj: object, name: str) -> LangArchitecture:
+    """A plugin's entry: a ready :class:`LangArchitecture`, or an ``nn.Module`` class built as ``cls(cfg)``."""
+    if isinstance(obj, LangArchitecture):
+        return obj
+    if isinstance(obj, type) and issubclass(obj, nn.Module):
+        return LangArchitecture(obj, None)
+    raise TypeError(f"{obj!r} is neither an nn.Module subclass nor a LangArchitecture")
+
+
+LANG_MODELS: PluginRegistry[LangArchitecture] = PluginRegistry("language model", {
     "transformer": LangArchitecture(lambda cfg: CausalTransformer(cfg, positional=True, heads=None), "Transformer"),
     "transformer_rel": LangArchitecture(RelativeTransformer, "TransformerRelPE"),
     **{
@@ -237,8 +262,9 @@ LANG_MODELS: dict[str, LangArchitecture] = {
         for name in PAPER_HEADS
     },
     "lstm": LangArchitecture(LSTMRecognizer, None),
-}
-"""Model name -> how to build it, its Table 2 column and whether it has RSA layers."""
+}, _plugin_language_model)
+"""Model name -> how to build it, its Table 2 column and whether it has RSA layers: the built-ins,
+plugins and ``module.path:ClassName`` names."""
 
 
 def build_recognizer(name: str, cfg: LangModelConfig) -> Recognizer:

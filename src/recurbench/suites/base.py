@@ -97,7 +97,7 @@ class SuiteDefinition(ABC):
         """Profile ``profile`` of this suite's shipped file (or of the YAML at ``path``), validated, with
         the command line's ``--set KEY=VALUE`` ``overrides`` applied on top of it (see
         :func:`recurbench.config.parse_overrides`)."""
-        source = Path(path) if path is not None else suite_file(self.name)
+        source = Path(path) if path is not None else self.suite_path()
         header = validate(SuiteFile, read_yaml(source), str(source))
         if header.suite != self.name:
             raise ConfigError(f"{source}: suite: the file defines suite {header.suite!r}, expected {self.name!r}")
@@ -114,6 +114,10 @@ class SuiteDefinition(ABC):
             if not overrides:
                 raise
             raise ConfigError(f"{exc} (with {' '.join('--set ' + o for o in overrides)})") from None
+
+    def suite_path(self) -> Path:
+        """The suite's YAML: ``<name>.yaml`` shipped in this folder; a plugin suite returns its own."""
+        return suite_file(self.name)
 
     def target_device(self, device: str | None) -> torch.device:
         """``--device`` (None: :attr:`default_device`) as a device this machine has, else a ConfigError."""

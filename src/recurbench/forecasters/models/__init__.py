@@ -1,6 +1,24 @@
 """One module per architecture; ``ARCHITECTURES`` maps each model's name (as suites and the command line
 use it) to its network class, RSA flag, Table 1 column and description. The sktime estimators wrap
-the same networks under the same names (:data:`recurbench.forecasters.estimators.ESTIMATORS`)."""
+the same networks under the same names (:data:`recurbench.forecasters.estimators.ESTIMATORS`).
+
+The forecaster contract, for the built-ins and for plugins (entry-point group
+``recurbench.forecasters``, or ``--models module.path:ClassName``; checked by
+:func:`recurbench.testing.check_forecaster`):
+
+* **Receives** ``__init__(cfg: ForecasterConfig)``: the window (``seq_len``, ``label_len``,
+  ``pred_len``), the series and calendar widths (``n_features``, ``n_marks``) and the network sizes
+  (``d_model``, ``n_heads``, ``e_layers``, ``d_layers``, ``d_ff``, ``dropout``, ...; each model reads
+  those it uses). The ltsf suite fills it from its ``network`` settings (suite file or ``--set
+  network.d_model=32``) and logs them as ``network.*`` params, with the model's name as tag ``model``.
+* **Returns** from ``forward(x [B, seq_len, C], x_mark [B, seq_len, F], y_mark [B, label_len +
+  pred_len, F])`` the forecast ``[B, pred_len, C]`` (scaled, as ``x``), on ``x``'s device.
+* **State**: none between calls. Each window (row) is forecast on its own: no row reads another, and
+  the same window gives the same forecast whatever else is in the batch or was forecast before.
+  There are no episodes; "reset" is that nothing carries over.
+* An RSA variant is an :class:`Architecture` with ``rsa=True`` and its ``baseline``; a plugin may give
+  a ready :class:`Architecture` instead of a class.
+"""
 
 from __future__ import annotations
 
@@ -12,6 +30,7 @@ from recurbench.forecasters.config import ForecasterConfig
 from recurbench.forecasters.models.informer import Informer
 from recurbench.forecasters.models.logsparse import LogSparseTransformer
 from recurbench.forecasters.models.transformer_xl import TransformerXL
+from recurbench.plugins import PluginRegistry, first_doc_line
 
 
 @dataclass(frozen=True)
@@ -26,7 +45,16 @@ class Architecture:
     """An RSA variant's baseline model (the same network without REMs)."""
 
 
-ARCHITECTURES: dict[str, Architecture] = {
+def _plugin_architecture(obj: object, name: str) -> Architecture:
+    """A plugin's entry: a ready :class:`Architecture`, or an ``nn.Module`` class built as ``cls(cfg)``."""
+    if isinstance(obj, Architecture):
+        return obj
+    if isinstance(obj, type) and issubclass(obj, nn.Module):
+        return Architecture(obj, False, name, first_doc_line(obj) or name)
+    raise TypeError(f"{obj!r} is neither an nn.Module subclass nor an Architecture")
+
+
+ARCHITECTURES: PluginRegistry[Architecture] = PluginRegistry("forecaster", {
     "informer": Architecture(Informer, False, "Informer", "Informer (Zhou et al. 2021): ProbSparse attention, "
                              "generative decoder; self-attention distilling off, as in the RSA paper (App. D.4)"),
     "rsa_informer": Architecture(Informer, True, "RSA-Informer", "Informer with RSA (REMs mixed into every "
@@ -38,7 +66,8 @@ ARCHITECTURES: dict[str, Architecture] = {
     "xl": Architecture(TransformerXL, False, "XL", "Transformer-XL for forecasting: segment recurrence, relative "
                        "positions"),
     "rsa_xl": Architecture(TransformerXL, True, "RSA-XL", "Transformer-XL with RSA", "xl"),
-}
+}, _plugin_architecture)
+"""Every forecaster by name: the built-ins, plugins and ``module.path:ClassName`` names."""
 
 
 def build_network(name: str, cfg: ForecasterConfig) -> nn.Module:
