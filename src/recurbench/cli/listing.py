@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
+from rich.markup import escape
 
 from recurbench.cli.common import (
     JsonOpt,
@@ -20,24 +21,25 @@ def list_cmd(
     what: Annotated[str, typer.Argument(help="suites | models | datasets | envs")] = "suites",
     as_json: JsonOpt = False,
 ) -> None:
-    """List shipped suites, models (forecasters and agent cores), datasets or environment pairs."""
-    from recurbench.agents.cores import CORES  # noqa: PLC0415 - torch
+    """List suites, models (forecasters, memory cores, language models), datasets or environment pairs;
+    suites and models with the package each comes from (``recurbench`` or a plugin's)."""
     from recurbench.data import DATASETS  # noqa: PLC0415 - torch, pandas
-    from recurbench.forecasters.models import ARCHITECTURES  # noqa: PLC0415 - torch
-    from recurbench.suites.registry import list_suites  # noqa: PLC0415 - every suite: torch, SB3, sktime
+    from recurbench.suites.registry import SUITES, list_suites  # noqa: PLC0415 - every suite: torch, SB3, sktime
 
     if what == "suites":
         suites = list_suites()
         if as_json:
             return print_json(suites)
-        rows = [[name, ", ".join(s["profiles"]), s["description"]] for name, s in suites.items()]
-        console.print(table("suites", ["suite", "profiles", "description"], rows))
+        rows = [[name, ", ".join(s["profiles"]), s["package"], s["description"]] for name, s in suites.items()]
+        console.print(table("suites", ["suite", "profiles", "package", "description"], rows))
+        _print_problems([SUITES])
     elif what == "models":
-        items = [{"name": n, "kind": "forecaster", "description": a.description} for n, a in ARCHITECTURES.items()]
-        items += [{"name": n, "kind": "agent core", "description": c.description} for n, c in CORES.items()]
+        items, registries = _models()
         if as_json:
             return print_json(items)
-        console.print(table("models", ["name", "kind", "description"], [list(i.values()) for i in items]))
+        console.print(table("models", ["name", "kind", "suites", "package", "description"],
+                            [list(i.values()) for i in items]))
+        _print_problems(registries)
     elif what == "datasets":
         items = [
             {"name": s.name, "file": s.filename, "rows": s.rows, "target": s.target, "split": s.split, "sha256": s.sha256}
@@ -60,3 +62,29 @@ def list_cmd(
             raise RecurbenchError(f"environment ids not registered by the installed minigrid: {', '.join(missing)}")
     else:
         raise RecurbenchError(f"unknown listing {what!r}; choose one of: suites, models, datasets, envs")
+
+
+def _models() -> tuple[list[dict[str, str]], list[Any]]:
+    """Every model of every kind (built-ins first, then plugins), and the registries they came from."""
+    from recurbench.agents.cores import CORES  # noqa: PLC0415 - torch
+    from recurbench.forecasters.models import ARCHITECTURES  # noqa: PLC0415 - torch
+    from recurbench.langs.models import LANG_MODELS  # noqa: PLC0415 - torch
+
+    kinds = [
+        (ARCHITECTURES, "ltsf", lambda a: a.description),
+        (CORES, "minigrid, memory", lambda c: c.description),
+        (LANG_MODELS, "langs", lambda a: a.description),
+    ]
+    items = [
+        {"name": name, "kind": registry.kind, "suites": suites, "package": registry.source(name).package,
+         "description": describe(entry)}
+        for registry, suites, describe in kinds for name, entry in registry.items()
+    ]
+    return items, [registry for registry, _, _ in kinds]
+
+
+def _print_problems(registries: list[Any]) -> None:
+    """The plugins left out (already printed once on stderr as they were loaded), under the table."""
+    for registry in registries:
+        for line in registry.problems:
+            console.print(escape(line), highlight=False, soft_wrap=True)

@@ -39,7 +39,7 @@ from recurbench.forecasters.layers.blocks import SelfAttentionBlock
 from recurbench.forecasters.layers.embedding import sinusoid_table
 from recurbench.forecasters.layers.rsa import REMHeadConfig, RSAMixer
 from recurbench.forecasters.models.transformer_xl import RelativeAttentionLayer, XLBlock
-from recurbench.plugins import PluginRegistry
+from recurbench.plugins import PluginRegistry, first_doc_line
 
 VOCAB = 3
 """Padding plus the two symbols of every language."""
@@ -240,6 +240,8 @@ class LangArchitecture:
     paper_name: str | None
     """The model's column in the RSA paper's Table 2 (None: not in it)."""
     rsa: bool = False
+    description: str = ""
+    """What ``recurbench list models`` says of it."""
 
 
 def _plugin_language_model(obj: object, name: str) -> LangArchitecture:
@@ -247,21 +249,24 @@ def _plugin_language_model(obj: object, name: str) -> LangArchitecture:
     if isinstance(obj, LangArchitecture):
         return obj
     if isinstance(obj, type) and issubclass(obj, nn.Module):
-        return LangArchitecture(obj, None)
+        return LangArchitecture(obj, None, description=first_doc_line(obj) or name)
     raise TypeError(f"{obj!r} is neither an nn.Module subclass nor a LangArchitecture")
 
 
 LANG_MODELS: PluginRegistry[LangArchitecture] = PluginRegistry("language model", {
-    "transformer": LangArchitecture(lambda cfg: CausalTransformer(cfg, positional=True, heads=None), "Transformer"),
-    "transformer_rel": LangArchitecture(RelativeTransformer, "TransformerRelPE"),
+    "transformer": LangArchitecture(lambda cfg: CausalTransformer(cfg, positional=True, heads=None), "Transformer",
+                                    description="decoder-only Transformer, sinusoidal absolute positions"),
+    "transformer_rel": LangArchitecture(RelativeTransformer, "TransformerRelPE",
+                                        description="Transformer*: Transformer-XL's relative positions, no memory"),
     **{
         name: LangArchitecture(
             lambda cfg: CausalTransformer(cfg, positional=cfg.rsa_positional, heads=cfg.rem_heads()),
             f"RSA_{name.removeprefix('rsa_').upper()}", rsa=True,
+            description=f"RSA-Transformer, head setting {name.removeprefix('rsa_').upper()} (k1..k6 = {PAPER_HEADS[name]})",
         )
         for name in PAPER_HEADS
     },
-    "lstm": LangArchitecture(LSTMRecognizer, None),
+    "lstm": LangArchitecture(LSTMRecognizer, None, description="the recurrent reference: an LSTM of width d_model"),
 }, _plugin_language_model)
 """Model name -> how to build it, its Table 2 column and whether it has RSA layers: the built-ins,
 plugins and ``module.path:ClassName`` names."""
