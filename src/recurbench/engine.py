@@ -222,6 +222,9 @@ class WriterTracker(Tracker):
     def _end(self, run: RunHandle, status: str) -> None:
         self._get(self.writer.end.remote(run.run_id, status))
 
+    def _resume(self, run_id: str) -> RunHandle:
+        return WriterRun(self.writer, run_id)
+
     def end_stale(self, experiment: str, tags: Mapping[str, str], reason: str, *, status: str = "FAILED",
                   parent_id: str | None = None) -> list[str]:
         return self._get(self.writer.end_stale.remote(experiment, dict(tags), reason, status, parent_id))
