@@ -23,6 +23,14 @@ Cores (Kerg et al. 2020, Sec. 4 and App. B; see ``shared/papers/README.md``):
   a memory that grows with the episode (slots allocated as the longest running episode needs them,
   up to M) so that a window sized for the longest test episode does not make every step pay for it.
 
+* :class:`RNNCore` -- the vanilla RNN ``h_t = phi(U x_t + b + V h_{t-1})`` (:class:`RNNCell`): **orth-RNN**
+  (``rnn``, an orthogonal start) and **expRNN** (``exprnn``, ``V`` kept orthogonal by the matrix
+  exponential of a skew-symmetric matrix).
+* :class:`AttentiveRNNCore` -- the same attention as :class:`AttentiveLSTMCore` (one implementation,
+  :class:`AttentiveCore`) over an RNN cell fed ``s_t``: **MemRNN** and **RelRNN**, the paper's main model.
+* :class:`SABCore` -- Sparse Attentive Backtracking (Ke et al. 2018): an LSTM with truncated
+  backpropagation and sparse top-k attention over every k-th state (not an agent core).
+
 State of the attentive cores: ``(h, c, s, steps, keys, values, scores, valid)`` with keys
 ``[B, S, A]`` (U h_i, cached so a step costs O(S A)), values ``[B, S, H]``; ``S = nu + rho`` slots,
 for :class:`EpisodeMemLSTMCore` at most M and changing from step to step.
@@ -37,7 +45,16 @@ from dataclasses import dataclass
 
 import torch
 from torch import Tensor, nn
+from torch.nn.utils import parametrize
+from torch.nn.utils.parametrizations import orthogonal as orthogonal_
 
+from recurbench.agents.recurrent_init import (
+    check_nonlinearity,
+    check_scheme,
+    initialise,
+    make_nonlinearity,
+    skew_start,
+)
 from recurbench.errors import ConfigError
 from recurbench.kernels.memattn import AppendOnlyMemory, memory_attention_step
 from recurbench.plugins import PluginRegistry, call_with_settings, first_doc_line
@@ -95,6 +112,10 @@ class MemoryCore(nn.Module, ABC):
         """Reset on episode start, then advance: the one path for acting, training and evaluation."""
         return self.cell(x, self.reset(state, episode_starts))
 
+    def orthogonal_parameters(self) -> list[nn.Parameter]:
+        """Parameters that train at their own learning rate (expRNN's orthogonal ones); none by default."""
+        return []
+
     def prepare_replay(self, state: State) -> State:
         """Recompute the parts of a stored state derived from parameters (before a training replay)."""
         return state
@@ -125,6 +146,79 @@ class LSTMCore(MemoryCore):
         return h, (h, c)
 
 
+class RNNCell(nn.Module):
+    """``h = phi(U x + b + V s)``: the vanilla RNN step of Kerg et al.'s code (the fact sheet, section 7).
+
+    ``U`` (``input``, with bias ``b``) starts by ``input_init`` (the reference: Xavier-normal), ``V``
+    (``recurrent``, no bias) by ``recurrent_init`` (the reference: ``henaff``, orthogonal);
+    ``orthogonal=True`` keeps ``V`` orthogonal through training as expRNN does: ``V = expm(A)``,
+    ``A = B - B'`` skew-symmetric, through PyTorch's ``parametrizations.orthogonal`` (the matrix
+    exponential, no trivialisation base), its parameter ``B`` started at the scheme's ``A``.
+    """
+
+    def __init__(self, input_size: int, hidden_size: int, *, nonlinearity: str = "modrelu",
+                 recurrent_init: str = "henaff", input_init: str = "xavier", orthogonal: bool = False) -> None:
+        super().__init__()
+        check_nonlinearity("nonlinearity", nonlinearity)
+        check_scheme("recurrent_init", recurrent_init, hidden_size, hidden_size, orthogonal=orthogonal)
+        check_scheme("input_init", input_init, hidden_size, input_size)
+        self.nonlinearity = nonlinearity
+        self.input = nn.Linear(input_size, hidden_size)
+        self.recurrent = nn.Linear(hidden_size, hidden_size, bias=False)
+        self.phi = make_nonlinearity(nonlinearity, hidden_size)
+        initialise(self.input.weight, input_init)
+        if orthogonal:
+            start = skew_start(recurrent_init, hidden_size).to(self.recurrent.weight.dtype)
+            orthogonal_(self.recurrent, "weight", orthogonal_map="matrix_exp", use_trivialization=False)
+            with torch.no_grad():  # forward: A = tril(B) - tril(B)'; a skew A is its own lower half's image
+                self.recurrent.parametrizations.weight.original.copy_(start.tril(-1))
+        else:
+            initialise(self.recurrent.weight, recurrent_init)
+
+    @property
+    def orthogonal(self) -> bool:
+        return parametrize.is_parametrized(self.recurrent, "weight")
+
+    def orthogonal_parameters(self) -> list[nn.Parameter]:
+        return [self.recurrent.parametrizations.weight.original] if self.orthogonal else []
+
+    def forward(self, x: Tensor, s: Tensor) -> Tensor:
+        return self.phi(self.input(x) + self.recurrent(s))
+
+
+class RNNCore(MemoryCore):
+    """A vanilla RNN, ``h_t = phi(U x_t + b + V h_{t-1})``, state ``(h,)``.
+
+    With an orthogonal ``recurrent_init`` and nothing after, this is the paper's **orth-RNN**
+    (``rnn``); with ``orthogonal=True`` ``V`` stays orthogonal through training: **expRNN**
+    (``exprnn``, Lezcano-Casado & Martinez-Rubio 2019), whose :meth:`orthogonal_parameters` train at
+    their own learning rate. Settings as :class:`RNNCell`.
+
+    Stepping calls ``V`` once a step; for expRNN each access recomputes ``expm(A)``, so a sequence
+    runs under ``torch.nn.utils.parametrize.cached()`` (:meth:`forward_sequence`, the memory tasks).
+    """
+
+    def __init__(self, input_size: int, hidden_size: int, *, nonlinearity: str = "modrelu",
+                 recurrent_init: str = "henaff", input_init: str = "xavier", orthogonal: bool = False) -> None:
+        super().__init__(input_size, hidden_size)
+        self.rnn = RNNCell(input_size, hidden_size, nonlinearity=nonlinearity, recurrent_init=recurrent_init,
+                           input_init=input_init, orthogonal=orthogonal)
+
+    def initial_state(self, batch: int, device: torch.device | str = "cpu") -> State:
+        return (torch.zeros(batch, self.hidden_size, device=device),)
+
+    def cell(self, x: Tensor, state: State) -> tuple[Tensor, State]:
+        h = self.rnn(x, state[0])
+        return h, (h,)
+
+    def orthogonal_parameters(self) -> list[nn.Parameter]:
+        return self.rnn.orthogonal_parameters()
+
+    def forward_sequence(self, x: Tensor, state: State, episode_starts: Tensor) -> tuple[Tensor, State]:
+        with parametrize.cached():
+            return super().forward_sequence(x, state, episode_starts)
+
+
 class AttentiveCore(MemoryCore):
     """A recurrent cell fed the attended state: additive attention over a short-term buffer (``nu``)
     and a relevant set (``rho``), one implementation for every cell family.
@@ -137,13 +231,13 @@ class AttentiveCore(MemoryCore):
     state ``c`` has width 0.
     """
 
-    def __init__(self, input_size: int, hidden_size: int, *, nu: int, rho: int, attention_size: int = 64) -> None:
-        super().__init__(input_size, hidden_size)
+    def _init_attention(self, nu: int, rho: int, attention_size: int) -> None:
+        """Create the attention's parameters (after the cell's: the order in which a seed initialises them)."""
         if nu < 1 or rho < 0:
             raise ValueError(f"need nu >= 1 and rho >= 0, got nu={nu}, rho={rho}")
         self.nu, self.rho, self.attention_size = nu, rho, attention_size
-        self.query = nn.Linear(hidden_size, attention_size)  # W (with bias)
-        self.key = nn.Linear(hidden_size, attention_size, bias=False)  # U: U 0 = 0 for empty slots
+        self.query = nn.Linear(self.hidden_size, attention_size)  # W (with bias)
+        self.key = nn.Linear(self.hidden_size, attention_size, bias=False)  # U: U 0 = 0 for empty slots
         self.v = nn.Parameter(torch.empty(attention_size).uniform_(-attention_size**-0.5, attention_size**-0.5))
 
     cell_state_size: int = 0
@@ -227,9 +321,10 @@ class AttentiveLSTMCore(AttentiveCore):
     MemLSTM and RelLSTM. The LSTM's gates read ``[s_t, x_t]`` in place of ``[h_{t-1}, x_t]``."""
 
     def __init__(self, input_size: int, hidden_size: int, *, nu: int, rho: int, attention_size: int = 64) -> None:
-        super().__init__(input_size, hidden_size, nu=nu, rho=rho, attention_size=attention_size)
+        super().__init__(input_size, hidden_size)
         self.lstm = nn.LSTMCell(input_size, hidden_size)
         self.cell_state_size = hidden_size
+        self._init_attention(nu, rho, attention_size)
 
     def _recur(self, x: Tensor, s: Tensor, c: Tensor) -> tuple[Tensor, Tensor]:
         return self.lstm(x, (s, c))
@@ -241,9 +336,10 @@ class AttentiveRNNCore(AttentiveCore):
 
     def __init__(self, input_size: int, hidden_size: int, *, nu: int, rho: int, attention_size: int = 64,
                  nonlinearity: str = "tanh", recurrent_init: str = "henaff", input_init: str = "xavier") -> None:
-        super().__init__(input_size, hidden_size, nu=nu, rho=rho, attention_size=attention_size)
+        super().__init__(input_size, hidden_size)
         self.rnn = RNNCell(input_size, hidden_size, nonlinearity=nonlinearity, recurrent_init=recurrent_init,
                            input_init=input_init)
+        self._init_attention(nu, rho, attention_size)
 
     def _recur(self, x: Tensor, s: Tensor, c: Tensor) -> tuple[Tensor, Tensor]:
         return self.rnn(x, s), c
@@ -300,6 +396,79 @@ class EpisodeMemLSTMCore(AttentiveLSTMCore):
         return self._attend_and_step(x, resize_slots(state, slots), slots)
 
 
+class SABCore(MemoryCore):
+    """Sparse Attentive Backtracking (Ke et al. 2018): an LSTM with truncated backpropagation, a memory
+    of every ``memory_stride``-th state and sparse top-k attention over it (the fact sheet, section 7).
+
+    A step, from ``(h_{t-1}, c_{t-1})``:
+
+    1. truncation: when ``steps`` is a positive multiple of ``truncate``, ``h_{t-1}`` and ``c_{t-1}``
+       are detached, so no gradient flows back along the recurrence past this step;
+    2. ``(h, c_t) = LSTM(x_t, (h_{t-1}, c_{t-1}))``;
+    3. scores of the ``n`` stored states ``m_i``: ``e_i = v' tanh(W h + U m_i)`` (Ke et al.'s MLP on
+       ``[h; m_i]`` with one tanh layer, written as additive attention);
+    4. sparse weights: with ``n > topk``, ``w_i = relu(e_i - delta) / sum_j relu(e_j - delta)``, where
+       ``delta`` is the ``(topk + 1)``-th largest score, detached: the ``topk`` selected states are the
+       only ones with a nonzero weight *and* a gradient (the "backtracking"). With ``n <= topk`` every
+       state is selected: ``w = softmax(e)``. No state stored: no read;
+    5. ``h_t = h + sum_i w_i m_i`` is the output and the recurrent state; it is stored when ``steps + 1``
+       is a multiple of ``memory_stride``.
+
+    The memory is never detached, so the gradient reaches past the truncation only through the states
+    it attends to. State ``(h, c, steps, keys, values)`` with keys ``U m_i`` [B, n, A] and values ``m_i``
+    [B, n, H]; ``n`` grows by one every ``memory_stride`` steps. All rows of a batch step in lockstep
+    (``n`` is shared), which a sequence task's batch does and the agents' environments do not: SAB is
+    not an agent core (:data:`CORES`).
+    """
+
+    def __init__(self, input_size: int, hidden_size: int, *, topk: int = 10, truncate: int = 10,
+                 memory_stride: int = 2, attention_size: int = 64) -> None:
+        super().__init__(input_size, hidden_size)
+        for key, value in (("topk", topk), ("truncate", truncate), ("memory_stride", memory_stride)):
+            if value < 1:
+                raise ConfigError(f"{key}: must be at least 1, got {value}")
+        self.topk, self.truncate, self.memory_stride, self.attention_size = topk, truncate, memory_stride, attention_size
+        self.lstm = nn.LSTMCell(input_size, hidden_size)
+        self.query = nn.Linear(hidden_size, attention_size)
+        self.key = nn.Linear(hidden_size, attention_size, bias=False)
+        self.v = nn.Parameter(torch.empty(attention_size).uniform_(-attention_size**-0.5, attention_size**-0.5))
+
+    def initial_state(self, batch: int, device: torch.device | str = "cpu") -> State:
+        H, A = self.hidden_size, self.attention_size
+        return (torch.zeros(batch, H, device=device), torch.zeros(batch, H, device=device),
+                torch.zeros(batch, device=device), torch.zeros(batch, 0, A, device=device),
+                torch.zeros(batch, 0, H, device=device))
+
+    def reset(self, state: State, episode_starts: Tensor) -> State:
+        state = super().reset(state, episode_starts)
+        if bool(episode_starts.all()):  # every row starts over: the memory is emptied, not only zeroed
+            h, c, steps, keys, values = state
+            state = (h, c, steps, keys[:, :0], values[:, :0])
+        return state
+
+    def sparse_weights(self, e: Tensor) -> Tensor:
+        """Step 4: the top-k weights of scores ``e`` [B, n]."""
+        if e.shape[1] <= self.topk:
+            return torch.softmax(e, dim=1)
+        delta = torch.topk(e.detach(), self.topk + 1, dim=1).values[:, -1:]
+        w = torch.relu(e - delta)
+        return w / w.sum(dim=1, keepdim=True)
+
+    def cell(self, x: Tensor, state: State) -> tuple[Tensor, State]:
+        h, c, steps, keys, values = state
+        if steps.numel() and float(steps[0]) > 0 and float(steps[0]) % self.truncate == 0:
+            h, c = h.detach(), c.detach()
+        h, c = self.lstm(x, (h, c))
+        if values.shape[1] > 0:
+            e = torch.tanh(self.query(h)[:, None, :] + keys) @ self.v  # [B, n]
+            h = h + torch.bmm(self.sparse_weights(e)[:, None, :], values)[:, 0]
+        steps = steps + 1
+        if steps.numel() and float(steps[0]) % self.memory_stride == 0:
+            keys = torch.cat([keys, self.key(h)[:, None]], dim=1)
+            values = torch.cat([values, h[:, None]], dim=1)
+        return h, (h, c, steps, keys, values)
+
+
 def resize_slots(state: State, slots: int) -> State:
     """An attentive core's ``state`` with ``slots`` memory slots: empty slots appended, or the last
     ones dropped (the caller knows they are empty). Contiguous, as the Triton step updates in place."""
@@ -333,6 +502,40 @@ def _rellstm(input_size: int, hidden_size: int, *, attention_size: int = 64, nu:
     return AttentiveLSTMCore(input_size, hidden_size, nu=nu, rho=rho, attention_size=attention_size)
 
 
+def _rnn(input_size: int, hidden_size: int, *, nonlinearity: str = "modrelu", recurrent_init: str = "henaff",
+         input_init: str = "xavier", **_: object) -> MemoryCore:
+    return RNNCore(input_size, hidden_size, nonlinearity=nonlinearity, recurrent_init=recurrent_init,
+                   input_init=input_init)
+
+
+def _exprnn(input_size: int, hidden_size: int, *, nonlinearity: str = "modrelu", recurrent_init: str = "henaff",
+            input_init: str = "xavier", **_: object) -> MemoryCore:
+    return RNNCore(input_size, hidden_size, nonlinearity=nonlinearity, recurrent_init=recurrent_init,
+                   input_init=input_init, orthogonal=True)
+
+
+def _rnn_settings(settings: dict[str, object]) -> dict[str, object]:
+    return {k: settings[k] for k in ("nonlinearity", "recurrent_init", "input_init") if k in settings}
+
+
+def _memrnn(input_size: int, hidden_size: int, *, attention_size: int = 64, memory_window: int = 256,
+            **settings: object) -> MemoryCore:
+    return AttentiveRNNCore(input_size, hidden_size, nu=memory_window, rho=0, attention_size=attention_size,
+                            **_rnn_settings(settings))  # type: ignore[arg-type]
+
+
+def _relrnn(input_size: int, hidden_size: int, *, attention_size: int = 64, nu: int = 10, rho: int = 10,
+            **settings: object) -> MemoryCore:
+    return AttentiveRNNCore(input_size, hidden_size, nu=nu, rho=rho, attention_size=attention_size,
+                            **_rnn_settings(settings))  # type: ignore[arg-type]
+
+
+def _sab(input_size: int, hidden_size: int, *, attention_size: int = 64, topk: int = 10, truncate: int = 10,
+         memory_stride: int = 2, **_: object) -> MemoryCore:
+    return SABCore(input_size, hidden_size, topk=topk, truncate=truncate, memory_stride=memory_stride,
+                   attention_size=attention_size)
+
+
 @dataclass(frozen=True)
 class CoreSpec:
     """A memory core as suites and the command line name it."""
@@ -343,6 +546,8 @@ class CoreSpec:
     shapes (what ``torch.compile`` and the memory tasks' fixed-length sequences want)."""
     build_agent: Callable[..., MemoryCore] | None = None
     """The agents' variant, where it differs (MemLSTM: a memory that grows with the episode)."""
+    not_for_agents: str | None = None
+    """Why the core cannot be an agent's (None: it can)."""
 
 
 def _plugin_core(obj: object, name: str) -> CoreSpec:
@@ -361,6 +566,17 @@ CORES: PluginRegistry[CoreSpec] = PluginRegistry("memory core", {
                         _memlstm, _episode_memlstm),
     "rellstm": CoreSpec("RelLSTM: LSTM + relevancy-screened sparse attention (short-term buffer nu, relevant "
                         "set rho)", _rellstm),
+    "rnn": CoreSpec("orth-RNN: vanilla RNN (tanh / relu / modReLU) with an orthogonal start, unconstrained after",
+                    _rnn),
+    "exprnn": CoreSpec("expRNN: vanilla RNN whose recurrent matrix stays orthogonal (the exponential map of a "
+                       "skew-symmetric matrix)", _exprnn),
+    "memrnn": CoreSpec("MemRNN: RNN + additive attention over all past hidden states of the episode", _memrnn),
+    "relrnn": CoreSpec("RelRNN: RNN + relevancy-screened sparse attention (short-term buffer nu, relevant set rho)",
+                       _relrnn),
+    "sab": CoreSpec("SAB: LSTM + truncated backpropagation + sparse top-k attention over every k-th state",
+                    _sab, not_for_agents="its memory grows by one state every memory_stride steps for the whole "
+                    "batch at once, which needs every row to step in lockstep; an agent's environments start "
+                    "episodes at different steps"),
 }, _plugin_core)
 """Every memory core by name, built-ins and plugins (group ``recurbench.cores``) and ``module:Class``
 names (the agents and the memory tasks build theirs from here)."""
@@ -374,4 +590,6 @@ def make_core(name: str, input_size: int, hidden_size: int, *, agent: bool = Fal
     if name not in CORES:
         raise ConfigError(f"unknown memory core {name!r}; known: {', '.join(CORES)}")
     spec = CORES[name]
+    if agent and spec.not_for_agents:
+        raise ConfigError(f"memory core {name!r} cannot drive an agent: {spec.not_for_agents}")
     return ((spec.build_agent if agent else None) or spec.build)(input_size, hidden_size, **settings)

@@ -14,8 +14,8 @@ Three faster paths give the same outputs as stepping (``tests/memory/test_memory
 * ``lstm``: the :class:`~recurbench.agents.cores.LSTMCore`'s own ``nn.LSTMCell`` parameters run
   through ``nn.LSTM``'s fused sequence kernel (the two share their weight layout), since nothing
   resets within a sequence. About 3x the steps per second of the step loop on a CPU.
-* ``memlstm`` with a window covering the sequence (the default, ``memory_window=None``): the core's
-  :meth:`~recurbench.agents.cores.AttentiveLSTMCore.episode_outputs`, the same recurrence over an
+* ``memlstm`` and ``memrnn`` with a window covering the sequence (the default, ``memory_window=None``): the core's
+  :meth:`~recurbench.agents.cores.AttentiveCore.episode_outputs`, the same recurrence over an
   append-only history (no per-step copy of the whole memory; no compilation).
 * other attentive cores (``compile_core=True``, when gradients are recorded): the core's :meth:`cell`
   compiled by ``torch.compile`` and stepped exactly as ``MemoryCore.step`` does (``reset``, then
@@ -35,8 +35,10 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+from torch.nn.utils import parametrize
 
-from recurbench.agents.cores import CORES, AttentiveLSTMCore, LSTMCore, MemoryCore, State, make_core
+from recurbench.agents.cores import CORES, AttentiveCore, LSTMCore, MemoryCore, State, make_core
+from recurbench.agents.recurrent_init import SCHEMES, check_nonlinearity, check_scheme
 from recurbench.errors import ConfigError
 
 
@@ -61,6 +63,20 @@ class SequenceModelConfig:
         paper's MemRNN: time grows as ``L^2``; over the append-only history, memory as ``L``).
     embedding_dim : int or None
         None: the one-hot input of the reference code; an integer: a learned embedding of that width.
+    nonlinearity : str
+        RNN-family cores (``rnn``, ``exprnn``, ``memrnn``, ``relrnn``): ``tanh``, ``relu`` or ``modrelu``.
+    recurrent_init : str
+        RNN-family cores: how the recurrent matrix ``V`` starts: ``henaff``, ``cayley``, ``random``
+        (orthogonal: ``expm`` of a skew-symmetric matrix), ``identity``, ``xavier`` or ``kaiming``
+        (``exprnn`` needs an orthogonal one). The reference code's default is ``henaff``.
+    input_init : str
+        RNN-family cores: how the input matrix ``U`` starts (``xavier``, the reference code's, or ``kaiming``).
+    topk : int
+        SAB: how many stored states each step selects.
+    truncate : int
+        SAB: the recurrent state is detached every ``truncate`` steps (truncated backpropagation).
+    memory_stride : int
+        SAB: every ``memory_stride``-th state is stored.
     """
 
     core: str
@@ -70,6 +86,12 @@ class SequenceModelConfig:
     rho: int = 10
     memory_window: int | None = None
     embedding_dim: int | None = None
+    nonlinearity: str = "tanh"
+    recurrent_init: str = "henaff"
+    input_init: str = "xavier"
+    topk: int = 10
+    truncate: int = 10
+    memory_stride: int = 2
 
     def check(self, where: str = "model") -> None:
         """Raise a :class:`ConfigError` naming the first bad setting (``where`` prefixes its key)."""
@@ -79,15 +101,41 @@ class SequenceModelConfig:
             raise ConfigError(f"{where}.nu: the short-term buffer holds at least the last state (nu >= 1), got {self.nu}")
         if self.rho < 0:
             raise ConfigError(f"{where}.rho: the relevant set cannot have a negative size (rho >= 0), got {self.rho}")
-        for key in ("hidden_size", "attention_size", "memory_window", "embedding_dim"):
+        for key in ("hidden_size", "attention_size", "memory_window", "embedding_dim", "topk", "truncate",
+                    "memory_stride"):
             value = getattr(self, key)
             if value is not None and value < 1:
                 raise ConfigError(f"{where}.{key}: must be at least 1, got {value}")
+        check_nonlinearity(f"{where}.nonlinearity", self.nonlinearity)
+        check_scheme(f"{where}.recurrent_init", self.recurrent_init, self.hidden_size, self.hidden_size,
+                     orthogonal=self.core == "exprnn")
+        if self.input_init not in SCHEMES:  # its shape is the model's: MemorySequenceModel checks the rest
+            check_scheme(f"{where}.input_init", self.input_init, 1, 1)
+
+    def check_sequence(self, seq_len: int, where: str = "model") -> None:
+        """Refuse settings that cannot work on sequences of ``seq_len`` steps (SAB's k, truncation and
+        stride), naming the key."""
+        if self.core != "sab":
+            return
+        stored = seq_len // self.memory_stride
+        if self.memory_stride > seq_len:
+            raise ConfigError(f"{where}.memory_stride: SAB stores every {self.memory_stride}-th state, but a sequence "
+                              f"has only {seq_len} steps")
+        if self.topk > stored:
+            raise ConfigError(f"{where}.topk: SAB selects {self.topk} stored states, but a sequence of {seq_len} steps "
+                              f"stores at most {stored} (memory_stride {self.memory_stride})")
+        if self.truncate > seq_len:
+            raise ConfigError(f"{where}.truncate: SAB truncates backpropagation every {self.truncate} steps, more "
+                              f"than a sequence's {seq_len}")
 
     @property
     def kappa(self) -> int:
         """``nu + rho``, the most states a RelLSTM step attends to (Kerg et al. App. C)."""
         return self.nu + self.rho
+
+
+RNN_FAMILY = ("rnn", "exprnn", "memrnn", "relrnn")
+"""The cores built on :class:`~recurbench.agents.cores.RNNCell` (``nonlinearity``, ``*_init`` apply)."""
 
 
 class OneHot(nn.Module):
@@ -120,6 +168,7 @@ class MemorySequenceModel(nn.Module):
                  *, compile_core: bool = False) -> None:
         super().__init__()
         config.check()
+        config.check_sequence(seq_len)
         self.config, self.seq_len, self.compile_core = config, seq_len, compile_core
         if config.embedding_dim is None:
             self.embed: nn.Module = OneHot(vocab_size)
@@ -127,9 +176,13 @@ class MemorySequenceModel(nn.Module):
         else:
             self.embed = nn.Embedding(vocab_size, config.embedding_dim)
             input_size = config.embedding_dim
+        if config.core in RNN_FAMILY:
+            check_scheme("model.input_init", config.input_init, config.hidden_size, input_size)
         self.core: MemoryCore = make_core(
             config.core, input_size, config.hidden_size, attention_size=config.attention_size, nu=config.nu,
-            rho=config.rho, memory_window=config.memory_window or seq_len,
+            rho=config.rho, memory_window=config.memory_window or seq_len, nonlinearity=config.nonlinearity,
+            recurrent_init=config.recurrent_init, input_init=config.input_init, topk=config.topk,
+            truncate=config.truncate, memory_stride=config.memory_stride,
         )
         self.head = nn.Linear(config.hidden_size, n_classes)
         nn.init.xavier_normal_(self.head.weight)  # the reference code's readout init
@@ -155,12 +208,13 @@ class MemorySequenceModel(nn.Module):
         x, starts = self._inputs(tokens)
         state = self._initial_state(tokens.shape[0], tokens.device)
         outputs = []
-        for t in range(x.shape[0]):
-            if cell is None:
-                out, state = self.core.step(x[t], state, starts[t])
-            else:
-                out, state = cell(x[t], self.core.reset(state, starts[t]))
-            outputs.append(out)
+        with parametrize.cached():  # expRNN: expm(A) once per sequence, not once per step
+            for t in range(x.shape[0]):
+                if cell is None:
+                    out, state = self.core.step(x[t], state, starts[t])
+                else:
+                    out, state = cell(x[t], self.core.reset(state, starts[t]))
+                outputs.append(out)
         return outputs
 
     def hidden_states(self, tokens: Tensor) -> tuple[Tensor, list[Tensor]]:
@@ -175,8 +229,8 @@ class MemorySequenceModel(nn.Module):
 
     def _history_outputs(self, tokens: Tensor) -> list[Tensor] | None:
         """MemLSTM's outputs over an append-only history when its window keeps the whole sequence
-        (:meth:`~recurbench.agents.cores.AttentiveLSTMCore.episode_outputs`), else None."""
-        if isinstance(self.core, AttentiveLSTMCore) and self.core.keeps_whole_episode(tokens.shape[1]):
+        (:meth:`~recurbench.agents.cores.AttentiveCore.episode_outputs`), else None."""
+        if isinstance(self.core, AttentiveCore) and self.core.keeps_whole_episode(tokens.shape[1]):
             return self.core.episode_outputs(self._inputs(tokens)[0])
         return None
 
