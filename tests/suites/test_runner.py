@@ -49,9 +49,17 @@ class ToySuite(SuiteDefinition):
         return {"score": value}
 
 
+def register_toy(monkeypatch, cls=ToySuite):
+    """SUITES is a PluginRegistry (a read-only mapping): the toy suite goes into its loaded entries."""
+    from recurbench.plugins import PluginSource
+
+    monkeypatch.setitem(registry.SUITES._loaded(), "toy", cls)
+    monkeypatch.setitem(registry.SUITES._sources, "toy", PluginSource("tests", ""))
+
+
 @pytest.fixture
 def toy(tmp_path, monkeypatch):
-    monkeypatch.setitem(registry.SUITES, "toy", ToySuite)
+    register_toy(monkeypatch)
     path = tmp_path / "toy.yaml"
     path.write_text(
         textwrap.dedent(
@@ -114,7 +122,7 @@ def test_when_every_run_fails_the_parent_is_failed_too(toy):
     ],
 )
 def test_bad_suite_files_are_reported_with_their_path(tmp_path, monkeypatch, profile_yaml, message):
-    monkeypatch.setitem(registry.SUITES, "toy", ToySuite)
+    register_toy(monkeypatch)
     path = tmp_path / "bad.yaml"
     path.write_text(f"suite: toy\nprofiles:\n  p:\n    {profile_yaml}\n")
     with pytest.raises(ConfigError, match=message) as info:
