@@ -4,6 +4,7 @@ learning signal, and the summary beside Table 5."""
 from __future__ import annotations
 
 import json
+import math
 
 import pytest
 import torch
@@ -12,7 +13,7 @@ import yaml
 from recurbench.errors import ConfigError
 from recurbench.records import logged_settings
 from recurbench.suites.base import RunOutcome, RunPlan
-from recurbench.suites.memory import MemorySuite, paper_table5
+from recurbench.suites.memory import MemorySuite
 from recurbench.suites.registry import load_profile
 from recurbench.suites.runner import run_suite
 from recurbench.tracking import MemoryTracker
@@ -136,11 +137,21 @@ def test_a_tiny_run_learns_copy_and_logs_everything(tmp_path):
 
 
 def test_summary_sets_table5_beside_ours():
-    assert paper_table5()[(500, "lstm")] == 0.12 and paper_table5()[(2000, "rellstm")] == 1.0
-    tags = {"task": "copy", "T": "500", "model": "lstm", "nu": "-", "rho": "-", "study": "table5"}
-    outcomes = [RunOutcome(RunPlan(f"copy-T500-lstm-s{s}", s, tags, {}), "FINISHED",
-                           {"accuracy": acc, "train_accuracy": acc, "grad_first_init": 1e-9, "grad_first_final": 1e-7})
-                for s, acc in [(0, 0.125), (1, 0.175)]]
+    def outcome(T: int, core: str, seed: int, acc: float, updates: int, solved: bool) -> RunOutcome:
+        tags = {"task": "copy", "T": str(T), "model": core, "nu": "-", "rho": "-", "study": "table5"}
+        metrics = {"accuracy": acc, "train_accuracy": acc, "grad_first_init": 1e-9, "grad_first_final": 1e-7,
+                   "updates": float(updates), "solved": float(solved), "solved_at": updates if solved else math.nan}
+        return RunOutcome(RunPlan(f"copy-T{T}-{core}-s{seed}", seed, tags, {}), "FINISHED", metrics)
+
+    outcomes = [outcome(500, "lstm", 0, 0.125, 200_000, False), outcome(500, "lstm", 1, 0.175, 200_000, False),
+                outcome(1000, "rnn", 0, 0.99, 12_500, True), outcome(2000, "memrnn", 0, 0.5, 200_000, False),
+                outcome(200, "sab", 0, 0.995, 9_000, True), outcome(200, "sab", 1, 0.5, 150_000, False)]
     header, rows = MemorySuite().summary_rows(outcomes)
-    row = dict(zip(header, rows[0], strict=True))
-    assert row["accuracy"] == "0.150 ± 0.035" and row["paper (Table 5)"] == "0.12" and row["seeds"] == "2/2"
+    table = {(row[1], row[2]): dict(zip(header, row, strict=True)) for row in rows}
+    lstm = table[("500", "lstm")]
+    assert lstm["accuracy"] == "0.150 ± 0.035" and lstm["paper (Table 5)"] == "0.12" and lstm["seeds"] == "2/2"
+    assert lstm["budget"] == "200,000 updates"
+    # orth-RNN, MemRNN (out of memory at T = 2000) and SAB: Table 5's columns.
+    assert table[("1000", "rnn")]["paper (Table 5)"] == "0.80" and table[("1000", "rnn")]["budget"] == "solved at 12,500"
+    assert table[("2000", "memrnn")]["paper (Table 5)"] == "OOM"
+    assert table[("200", "sab")]["budget"] == "solved 1/2 at 9,000; 150,000 updates"

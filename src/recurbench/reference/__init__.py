@@ -6,10 +6,13 @@ tables and the reports beside their comparisons.
   for Informer, LogSparse, Transformer-XL and their RSA variants, mean and std over 5 repeats.
 * Kerg et al. (NeurIPS 2020) supplement, Table 4: mean reward of PPO with MemLSTM and RelLSTM trained
   on a small MiniGrid environment and tested on a larger one. The paper has no LSTM column.
+* Kerg et al. (NeurIPS 2020) supplement, Table 5: copy-task accuracy against the delay T for seven
+  models, each a memory core of recurbench (:data:`KERG_TABLE5_COLUMNS`).
 """
 
 from __future__ import annotations
 
+import csv
 from functools import cache
 from importlib import resources
 
@@ -42,6 +45,20 @@ KERG_TABLE4_CAVEAT = (
 #: recurbench core name -> the column prefix in Kerg et al.'s Table 4 (LSTM: not in the paper).
 MINIGRID_PAPER_AGENTS: dict[str, str] = {"memlstm": "memlstm", "rellstm": "rellstm"}
 MINIGRID_AGENT_ORDER: tuple[str, ...] = ("lstm", "memlstm", "rellstm")
+
+
+#: recurbench memory core -> its column in Kerg et al.'s Table 5 (copy accuracy), in the table's order.
+#: orth-RNN is ``rnn`` at an orthogonal initialisation, unconstrained after it; MemLSTM has no column
+#: (the paper's MemRNN is an RNN: ``memrnn``).
+KERG_TABLE5_COLUMNS: dict[str, str] = {
+    "lstm": "LSTM",
+    "rnn": "orth-RNN",
+    "exprnn": "expRNN",
+    "memrnn": "MemRNN",
+    "sab": "SAB",
+    "relrnn": "RelRNN",
+    "rellstm": "RelLSTM",
+}
 
 
 def reference_text(name: str) -> str:
@@ -101,3 +118,16 @@ def minigrid_reference() -> pd.DataFrame:
                 (pair.name, agent, "generalisation_ratio", test / train if train else float("nan")),
             ]
     return pd.DataFrame(rows, columns=["env", "agent", "metric", "paper"])
+
+
+@cache
+def kerg_table5_reference() -> pd.DataFrame:
+    """Long form: ``T``, ``model`` (recurbench core), ``paper`` (accuracy; NaN where the paper ran out
+    of memory) and ``paper_text`` (the cell as printed: ``OOM`` there)."""
+    records = list(csv.DictReader(reference_text("kerg_table5_copy.csv").splitlines()))
+    columns = list(records[0]) if records else []
+    if set(columns) != {"T", *KERG_TABLE5_COLUMNS.values()}:  # the shipped file and the map must agree
+        raise ValueError(f"kerg_table5_copy.csv has columns {columns}, not T and {list(KERG_TABLE5_COLUMNS.values())}")
+    rows = [(int(rec["T"]), core, float("nan") if rec[column] == "OOM" else float(rec[column]), rec[column])
+            for rec in records for core, column in KERG_TABLE5_COLUMNS.items()]
+    return pd.DataFrame(rows, columns=["T", "model", "paper", "paper_text"])

@@ -29,22 +29,21 @@ and logs, per run:
 
 from __future__ import annotations
 
-import csv
+import math
 import statistics
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import asdict, dataclass, replace
-from functools import lru_cache
+from dataclasses import asdict, dataclass, fields, replace
 from typing import Annotated, Any
 
 import torch
-from pydantic import BaseModel, Field, NonNegativeInt, PositiveInt, model_validator
+from pydantic import BaseModel, Field, NonNegativeInt, PositiveInt, create_model, model_validator
 
 from recurbench.agents.cores import CORES
-from recurbench.config import StrictModel, Unique, check_unique, known_name
+from recurbench.config import KeyPathError, StrictModel, Unique, check_unique, known_name
 from recurbench.errors import ConfigError
 from recurbench.memory.figures import gradient_figure
-from recurbench.memory.models import SequenceModelConfig
-from recurbench.memory.tasks import MEMORY_TASKS, make_task
+from recurbench.memory.models import RNN_FAMILY, SequenceModelConfig
+from recurbench.memory.tasks import MEMORY_TASKS, MemoryTask, make_task
 from recurbench.memory.training import (
     OPTIMIZERS,
     LogPoint,
@@ -53,7 +52,7 @@ from recurbench.memory.training import (
     train_memory_task,
 )
 from recurbench.records import logged_settings
-from recurbench.reference import reference_text
+from recurbench.reference import kerg_table5_reference
 from recurbench.suites.base import (
     ProgressFn,
     RunOutcome,
@@ -79,7 +78,9 @@ class TaskSettings(StrictModel):
 
 
 class ModelSettings(StrictModel):
-    """:class:`recurbench.memory.models.SequenceModelConfig`, less the core (``models``)."""
+    """:class:`recurbench.memory.models.SequenceModelConfig`, less the core (``models``). The names of
+    ``nonlinearity`` and the ``*_init`` schemes are checked by the config (a :class:`ConfigError` at
+    plan time, naming the key)."""
 
     hidden_size: PositiveInt = 128
     attention_size: PositiveInt = 64
@@ -87,6 +88,12 @@ class ModelSettings(StrictModel):
     rho: NonNegativeInt = 10
     memory_window: PositiveInt | None = None
     embedding_dim: PositiveInt | None = None
+    nonlinearity: str = "tanh"
+    recurrent_init: str = "henaff"
+    input_init: str = "xavier"
+    topk: PositiveInt = 10
+    truncate: PositiveInt = 10
+    memory_stride: PositiveInt = 2
 
 
 class TrainingSettings(StrictModel):
@@ -101,6 +108,32 @@ class TrainingSettings(StrictModel):
     log_every: PositiveInt = 100
     eval_batches: PositiveInt = 10
     compile_core: bool = False
+    orth_learning_rate: float | None = Field(None, gt=0, allow_inf_nan=False)
+    eval_every: PositiveInt | None = None
+    solve_threshold: float = Field(0.99, gt=0, le=1)
+
+
+def _overrides(settings: type[StrictModel]) -> Any:
+    """``settings`` with every key optional: a model's own values over the profile's. Only the keys
+    given count (``model_dump(exclude_unset=True)``); each is validated as in ``settings``, so a
+    ``null`` passes only where ``settings`` takes one."""
+    fields: dict[str, Any] = {}
+    for name, info in settings.model_fields.items():
+        annotation = Annotated[(info.annotation, *info.metadata)] if info.metadata else info.annotation
+        fields[name] = (annotation, None)
+    return create_model(f"{settings.__name__}Overrides", __base__=StrictModel, __module__=__name__, **fields)
+
+
+ModelOverrides = _overrides(ModelSettings)
+TrainingOverrides = _overrides(TrainingSettings)
+
+
+class PerModel(StrictModel):
+    """One core's own settings over the profile's ``model`` and ``training`` (Tables 6 and 7 give each
+    model its own optimiser, rate and nonlinearity)."""
+
+    model: ModelOverrides = ModelOverrides()  # type: ignore[valid-type]
+    training: TrainingOverrides = TrainingOverrides()  # type: ignore[valid-type]
 
 
 class KappaSweep(StrictModel):
@@ -134,10 +167,28 @@ class MemoryProfile(StrictModel):
     task: TaskSettings = TaskSettings()
     model: ModelSettings = ModelSettings()
     training: TrainingSettings
+    per_model: dict[_Core, PerModel] = {}
+    """A core's own ``model`` and ``training`` settings, over the profile's."""
+    models_by_length: dict[PositiveInt, Annotated[list[_Core], Unique]] = {}
+    """At these delays T, only these of ``models`` (Table 5 runs three models at T = 500)."""
     kappa_sweeps: list[KappaSweep] = []
     """Each sweep's runs join the plan when its task and ``rellstm`` are selected (see the module docstring)."""
     torch_threads: PositiveInt = 1
     """Intra-op threads per run: at batch 10 and width 128 a second thread does not pay."""
+
+    @model_validator(mode="after")
+    def _models_by_length_within_the_grid(self) -> MemoryProfile:
+        for T, cores in self.models_by_length.items():
+            if T not in self.lengths:
+                raise KeyPathError(("models_by_length", T), f"T = {T} is not one of lengths {self.lengths}")
+            for i, core in enumerate(cores):
+                if core not in self.models:
+                    raise KeyPathError(("models_by_length", T, i), f"{core!r} is not one of models {self.models}")
+        return self
+
+    def runs_at(self, core: str, T: int) -> bool:
+        """Whether ``core`` runs at delay ``T`` (``models_by_length``)."""
+        return core in self.models_by_length.get(T, [core])
 
 
 # --------------------------------------------------------------------------------------------- plan
@@ -169,34 +220,80 @@ def _lengths(selection: Mapping[str, Any], default: Sequence[int]) -> list[int]:
     return out
 
 
+def _overridden(profile: MemoryProfile, core: str, block: str) -> dict[str, Any]:
+    """The keys of ``per_model.<core>.<block>`` the profile gives."""
+    own = profile.per_model.get(core)
+    return {} if own is None else getattr(own, block).model_dump(exclude_unset=True)
+
+
 def _network(profile: MemoryProfile, core: str) -> SequenceModelConfig:
-    return SequenceModelConfig(core, **profile.model.model_dump())
+    return SequenceModelConfig(core, **{**profile.model.model_dump(), **_overridden(profile, core, "model")})
+
+
+def _training(profile: MemoryProfile, core: str) -> MemoryTrainConfig:
+    return MemoryTrainConfig(**{**profile.training.model_dump(), **_overridden(profile, core, "training")})
+
+
+#: The settings of :class:`SequenceModelConfig` each core reads beside ``hidden_size`` and
+#: ``embedding_dim`` (and, for :data:`RNN_FAMILY`, the nonlinearity and initialisations): a run logs
+#: only these (an LSTM's run does not change with nu). A core not listed (a plugin) logs them all.
+CORE_SETTINGS: dict[str, tuple[str, ...]] = {
+    "lstm": (),
+    "memlstm": ("attention_size", "memory_window"),
+    "rellstm": ("attention_size", "nu", "rho"),
+    "rnn": (),
+    "exprnn": (),
+    "memrnn": ("attention_size", "memory_window"),
+    "relrnn": ("attention_size", "nu", "rho"),
+    "sab": ("attention_size", "topk", "truncate", "memory_stride"),
+}
+_RNN_SETTINGS = ("nonlinearity", "recurrent_init", "input_init")
+
+
+def _used(core: str) -> set[str]:
+    if core not in CORE_SETTINGS:
+        return {f.name for f in fields(SequenceModelConfig)} - {"core"}
+    return {"hidden_size", "embedding_dim", *CORE_SETTINGS[core], *(_RNN_SETTINGS if core in RNN_FAMILY else ())}
 
 
 def _network_params(network: SequenceModelConfig) -> dict[str, Any]:
-    """The settings of ``network`` that its core uses (an LSTM run does not change with nu)."""
-    used = {"hidden_size", "embedding_dim"}
-    if network.core != "lstm":
-        used.add("attention_size")
-    used |= {"memlstm": {"memory_window"}, "rellstm": {"nu", "rho"}}.get(network.core, set())
+    """The settings of ``network`` that its core uses (:data:`CORE_SETTINGS`)."""
+    used = _used(network.core)
     return {k: ("none" if v is None else v) for k, v in asdict(network).items() if k in used}
 
 
 def _memory_tags(network: SequenceModelConfig, seq_len: int) -> tuple[str, str]:
-    if network.core == "lstm":
-        return "-", "-"
-    if network.core == "memlstm":
+    """``nu`` and ``rho``: a relevancy-screened core's; a core attending over a window, the window
+    and 0; ``-`` for a core without either."""
+    used = _used(network.core)
+    if "nu" in used:
+        return str(network.nu), str(network.rho)
+    if "memory_window" in used:
         return str(network.memory_window or seq_len), "0"
-    return str(network.nu), str(network.rho)
+    return "-", "-"
+
+
+def _check_network(profile: MemoryProfile, network: SequenceModelConfig, task: MemoryTask) -> None:
+    """``network``'s settings, and those that must fit the task's sequences (SAB's ``topk``,
+    ``memory_stride``, ``truncate``); an error about a key of ``per_model.<core>.model`` names that key."""
+    try:
+        network.check("model")
+        network.check_sequence(task.seq_len, "model")
+    except ConfigError as exc:
+        key = str(exc).partition(":")[0].removeprefix("model.")
+        if key in _overridden(profile, network.core, "model"):
+            raise ConfigError(f"per_model.{network.core}.{exc}") from None
+        raise ConfigError(f"{exc} ({task.name} at T = {task.T}, model {network.core!r})") from None
 
 
 def _configuration(profile: MemoryProfile, task_name: str, T: int, network: SequenceModelConfig,
                    study: str, sweeps: Sequence[str]) -> tuple[dict[str, str], dict[str, Any], MemoryJob]:
-    """One configuration's tags, logged params (the seed aside) and job; checks the task layout."""
+    """One configuration's tags, logged params (the seed aside) and job; checks the task layout and
+    the network at this T."""
     task = make_task(task_name, T, copy_length=profile.task.copy_length, labels=profile.task.labels,
                      where=f"task {task_name!r} at T={T}")
-    network.check("model")
-    training = MemoryTrainConfig(**profile.training.model_dump())
+    _check_network(profile, network, task)
+    training = _training(profile, network.core)
     nu, rho = _memory_tags(network, task.seq_len)
     tags = {"task": task_name, "T": str(T), "model": network.core, "nu": nu, "rho": rho, "study": study,
             "sweep": ",".join(sweeps) or "-"}
@@ -236,7 +333,7 @@ def _configurations(profile: MemoryProfile, tasks: Sequence[str], lengths: Seque
     grid: set[_Key] = set()
     for task_name in tasks:
         for T in lengths:
-            for core in models:
+            for core in (c for c in models if profile.runs_at(c, T)):
                 network = _network(profile, core)
                 grid.add((task_name, T, network))
                 yield _configuration(profile, task_name, T, network, "table5", sweeps.get((task_name, T, network), []))
@@ -250,7 +347,8 @@ class MemorySuite(SuiteDefinition):
     profile_model = MemoryProfile
     default_device = "cpu"  # batch 10, width 128, one step at a time: a GPU mostly waits on launches
     headline_metrics = ("accuracy", "train_accuracy", "final_loss", "grad_first_init", "grad_first_final",
-                        "grad_ratio_init", "grad_ratio_final", "updates_per_second", "n_params")
+                        "grad_ratio_init", "grad_ratio_final", "updates_per_second", "n_params", "updates",
+                        "solved", "solved_at")
 
     def plan(self, profile: BaseModel, selection: Mapping[str, Any], *, data_dir: str | None) -> list[RunPlan]:
         assert isinstance(profile, MemoryProfile)
@@ -271,9 +369,17 @@ class MemorySuite(SuiteDefinition):
         """Every task x T x core of the profile, and its kappa sweeps."""
 
         assert isinstance(profile, MemoryProfile)
-        return [({k: v for k, v in tags.items() if k not in ("study", "sweep")},
-                 logged_settings(params))
-                for tags, params, _ in _configurations(profile, list(MEMORY_TASKS), profile.lengths, list(CORES))]
+        out = []
+        for core in CORES:
+            try:
+                configurations = list(_configurations(profile, list(MEMORY_TASKS), profile.lengths, [core]))
+            except ConfigError:
+                if core in profile.models:
+                    raise
+                continue  # a core the profile does not run, whose settings do not fit its lengths (SAB's topk)
+            out += [({k: v for k, v in tags.items() if k not in ("study", "sweep")}, logged_settings(params))
+                    for tags, params, _ in configurations]
+        return out
 
     def param_defaults(self) -> dict[str, str]:
         """The task's and training's defaults, as the runs log them."""
@@ -294,14 +400,19 @@ class MemorySuite(SuiteDefinition):
         def on_log(point: LogPoint) -> None:
             run.log_metrics({"loss": point.loss, "train_accuracy": point.accuracy}, step=point.update)
 
+        def on_eval(update: int, accuracy: float) -> None:
+            run.log_metrics({"eval_accuracy": accuracy}, step=update)
+
         result = train_memory_task(task, job.network, job.training, seed=plan.seed, device=device, on_log=on_log,
-                                   progress=progress)
+                                   on_eval=on_eval, progress=progress)
         grads = result.gradients
         metrics = {
             "accuracy": result.accuracy, "train_accuracy": result.train_accuracy, "final_loss": result.final_loss,
             "grad_first_init": grads.first("init"), "grad_first_final": grads.first("final"),
             "grad_ratio_init": grads.ratio("init", job.T), "grad_ratio_final": grads.ratio("final", job.T),
             "updates_per_second": result.updates_per_second, "n_params": float(result.n_params),
+            "updates": float(result.updates), "solved": float(result.solved_at is not None),
+            "solved_at": math.nan if result.solved_at is None else float(result.solved_at),
         }
         # train_accuracy was logged per window: its latest value is the last window's already.
         run.log_metrics({k: v for k, v in metrics.items() if k != "train_accuracy"})
@@ -314,7 +425,7 @@ class MemorySuite(SuiteDefinition):
                        "gradient_norms.png")
         run.log_dict([asdict(p) for p in result.curve], "loss_curve.json")
         progress(job.training.updates, job.training.updates,
-                 f"done: accuracy {result.accuracy:.3f} (chance {1 / job.labels:.3f})")
+                 f"done: accuracy {result.accuracy:.3f} (chance {1 / job.labels:.3f}), {budget_text([metrics])}")
         return metrics
 
     # -------------------------------------------------------------------------------------- summary
@@ -324,10 +435,10 @@ class MemorySuite(SuiteDefinition):
         for o in outcomes:
             t = o.plan.tags
             groups.setdefault((t["task"], t["T"], t["model"], t["nu"], t["rho"]), []).append(o)
-        header = ["task", "T", "core", "nu", "rho", "seeds", "accuracy", "train accuracy", "grad first (init)",
-                  "grad first (trained)", "grad t=1 / t=T (init)", "grad t=1 / t=T (trained)", "paper (Table 5)",
-                  "s/run"]
-        reference = paper_table5()
+        header = ["task", "T", "core", "nu", "rho", "seeds", "accuracy", "budget", "train accuracy",
+                  "grad first (init)", "grad first (trained)", "grad t=1 / t=T (init)", "grad t=1 / t=T (trained)",
+                  "paper (Table 5)", "s/run"]
+        reference = {(int(r.T), r.model): r.paper_text for r in kerg_table5_reference().itertuples()}
         rows = []
         for (task_name, T, core, nu, rho), group in groups.items():
             done = [o for o in group if o.status == "FINISHED"]
@@ -339,24 +450,30 @@ class MemorySuite(SuiteDefinition):
                 mean = statistics.fmean(values)
                 return f"{mean:{fmt}}" + (f" ± {statistics.stdev(values):{fmt}}" if len(values) > 1 else "")
 
-            paper = reference.get((int(T), core)) if task_name == "copy" else None
+            paper = reference.get((int(T), core), "-") if task_name == "copy" else "-"
             rows.append([task_name, T, core, nu, rho, f"{len(done)}/{len(group)}", cell("accuracy"),
-                         cell("train_accuracy"), cell("grad_first_init", ".2e"), cell("grad_first_final", ".2e"),
-                         cell("grad_ratio_init", ".2e"), cell("grad_ratio_final", ".2e"),
-                         f"{paper:.2f}" if paper is not None else "-",
+                         budget_text([o.metrics for o in done]), cell("train_accuracy"), cell("grad_first_init", ".2e"),
+                         cell("grad_first_final", ".2e"), cell("grad_ratio_init", ".2e"),
+                         cell("grad_ratio_final", ".2e"), paper,
                          f"{statistics.fmean(o.seconds for o in done):.0f}" if done else "-"])
         if any(row[header.index("paper (Table 5)")] != "-" for row in rows) and (caveat := outcomes_caveat(self, outcomes)):
             rows.append(footnote_row(f"paper (Table 5): {caveat}", header))
         return header, rows
 
 
-#: recurbench core -> its column in Kerg et al.'s Table 5 (MemLSTM has none: MemRNN is an RNN).
-TABLE5_COLUMNS: dict[str, str] = {"lstm": "LSTM", "rellstm": "RelLSTM"}
+def budget_text(runs: Sequence[Mapping[str, float]]) -> str:
+    """The updates behind a cell of runs (their metrics): ``solved at 12,500`` (one run), ``solved
+    at 9,000-12,500`` (every run), ``200,000 updates`` (none solved), ``solved 2/3 at 9,000-12,500;
+    200,000 updates`` (some); ``-`` where no run logged its updates (a run older than the setting)."""
+    solved = sorted(int(m["solved_at"]) for m in runs if m.get("solved") == 1.0 and not math.isnan(m["solved_at"]))
+    capped = sorted(int(m["updates"]) for m in runs if m.get("solved") != 1.0 and not math.isnan(m.get("updates", math.nan)))
 
+    def span(values: list[int]) -> str:
+        return f"{values[0]:,}" if values[0] == values[-1] else f"{values[0]:,}-{values[-1]:,}"
 
-@lru_cache(maxsize=1)
-def paper_table5() -> dict[tuple[int, str], float]:
-    """Kerg et al.'s Table 5 (copy accuracy): ``(T, core) -> accuracy`` for the LSTM and RelLSTM."""
-    text = reference_text("kerg_table5_copy.csv")
-    return {(int(row["T"]), core): float(row[column])
-            for row in csv.DictReader(text.splitlines()) for core, column in TABLE5_COLUMNS.items()}
+    parts = []
+    if solved:
+        parts.append(f"solved at {span(solved)}" if not capped else f"solved {len(solved)}/{len(runs)} at {span(solved)}")
+    if capped:
+        parts.append(f"{span(capped)} updates")
+    return "; ".join(parts) or "-"
