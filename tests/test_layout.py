@@ -18,6 +18,7 @@ LAYERS: list[set[str]] = [
     {"reporting", "tuning"},
     {"suites"},
     {"engine"},
+    {"testing"},
     {"forecasters", "agents", "envs", "langs", "memory", "data", "reference"},
     {"tracking", "records"},
     {"kernels"},

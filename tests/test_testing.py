@@ -1,0 +1,119 @@
+"""The conformance kit: every built-in passes it (cores, forecasters, language models, each registry
+read at collection, so a model added later is checked too), and a class that breaks the contract is
+reported by its first failing property, in one line."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+from recurbench.agents.cores import CORES, LSTMCore, State
+from recurbench.forecasters.models import ARCHITECTURES
+from recurbench.langs.models import LANG_MODELS, LangModelConfig, Recognizer
+from recurbench.testing import ContractError, check_core, check_forecaster, check_language_model, check_plugin
+
+CORE_PROPERTIES = ["builds", "initial_state", "shapes", "episode_start_resets", "acting_training_predict",
+                   "rows_independent", "finite_gradients", "deterministic", "serialisation", "orthogonal_parameters"]
+
+
+@pytest.mark.parametrize("name", list(CORES))
+def test_every_core_keeps_the_contract(name):
+    assert check_core(name) == CORE_PROPERTIES
+
+
+@pytest.mark.parametrize("name", [n for n in CORES if CORES[n].build_agent is not None])
+def test_every_agent_variant_keeps_the_contract(name):
+    assert check_core(name, agent=True) == CORE_PROPERTIES
+
+
+@pytest.mark.parametrize("name", list(ARCHITECTURES))
+def test_every_forecaster_keeps_the_contract(name):
+    assert check_forecaster(name) == ["builds", "shapes", "no_state_between_calls", "rows_independent",
+                                      "finite_gradients", "deterministic", "serialisation"]
+
+
+@pytest.mark.parametrize("name", list(LANG_MODELS))
+def test_every_language_model_keeps_the_contract(name):
+    assert check_language_model(name) == ["builds", "shapes", "no_state_between_calls", "causal",
+                                          "rows_independent", "finite_gradients", "deterministic", "serialisation"]
+
+
+class ForgetfulResetLSTM(LSTMCore):
+    """Ignores episode starts: its memory leaks from one episode into the next."""
+
+    def reset(self, state: State, episode_starts: torch.Tensor) -> State:
+        return state
+
+
+class WrongWidthLSTM(LSTMCore):
+    """Returns the state twice over: output [B, 2H]."""
+
+    def cell(self, x, state):
+        h, c = self.lstm(x, (state[0], state[1]))
+        return torch.cat([h, h], dim=-1), (h, c)
+
+
+class BatchMeanLSTM(LSTMCore):
+    """Mixes rows: every row reads the batch's mean state."""
+
+    def cell(self, x, state):
+        h, c = self.lstm(x, (state[0].mean(0, keepdim=True).expand_as(state[0]), state[1]))
+        return h, (h, c)
+
+
+def test_a_core_that_ignores_episode_starts_fails_on_that_property_in_one_line():
+    with pytest.raises(ContractError) as info:
+        check_core(ForgetfulResetLSTM)
+    message = str(info.value)
+    assert message.startswith("check_core(ForgetfulResetLSTM): episode_start_resets: rows after an episode "
+                              "start and a fresh episode's first step differ by ")
+    assert "\n" not in message
+
+
+@pytest.mark.parametrize(("cls", "start"), [
+    (WrongWidthLSTM, "check_core(WrongWidthLSTM): shapes: step returned output of shape (3, 16), expected (3, 8)"),
+    (BatchMeanLSTM, "check_core(BatchMeanLSTM): episode_start_resets: "),
+])
+def test_the_first_failing_property_is_named(cls, start):
+    with pytest.raises(ContractError, match="^" + start.replace("(", r"\(").replace(")", r"\)")):
+        check_core(cls)
+
+
+class PeekingRecognizer(Recognizer):
+    """Reads the next position: not causal."""
+
+    def encode(self, h):
+        return h + torch.roll(h, -1, dims=1)
+
+
+class ForgetsTheDeviceForecaster(nn.Module):
+    """Returns the forecast with the horizon and the series swapped."""
+
+    def __init__(self, cfg):
+        super().__init__()
+        self.cfg = cfg
+        self.linear = nn.Linear(cfg.seq_len, cfg.pred_len)
+
+    def forward(self, x, x_mark, y_mark):
+        return self.linear(x.transpose(1, 2))  # [B, C, P]: the axes the wrong way round
+
+
+def test_a_language_model_that_reads_ahead_is_not_causal():
+    with pytest.raises(ContractError, match=r"^check_language_model\(PeekingRecognizer\): causal: outputs at "
+                                            r"positions < 5 when positions >= 5 change differ by "):
+        check_language_model(PeekingRecognizer, cfg=LangModelConfig(d_model=8, n_heads=2, n_layers=1, d_ff=8))
+
+
+def test_a_forecaster_of_the_wrong_shape_is_reported_with_both_shapes():
+    with pytest.raises(ContractError) as info:
+        check_forecaster(ForgetsTheDeviceForecaster)
+    assert str(info.value) == ("check_forecaster(ForgetsTheDeviceForecaster): shapes: forward returned (3, 3, 6), "
+                               "expected [B, pred_len, C] = (3, 6, 3)")
+
+
+def test_check_plugin_runs_the_kit_of_each_kind_with_that_name():
+    results = check_plugin("lstm")  # a memory core and a language model
+    assert set(results) == {"memory core", "language model"}
+    with pytest.raises(ContractError, match=r"check_plugin\('nope'\): no memory core, forecaster or language model"):
+        check_plugin("nope")
