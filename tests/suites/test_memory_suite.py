@@ -14,6 +14,7 @@ from recurbench.errors import ConfigError
 from recurbench.records import logged_settings
 from recurbench.suites.base import RunOutcome, RunPlan
 from recurbench.suites.memory import MemorySuite
+from recurbench.suites.paper_settings import paper_differences
 from recurbench.suites.registry import load_profile
 from recurbench.suites.runner import run_suite
 from recurbench.tracking import MemoryTracker
@@ -97,6 +98,18 @@ def test_shipped_settings_are_what_plan_logs():
         ({}, {"lengths": ["10", "abc"]}, r"--lengths\.1: a delay T must be a positive integer, got 'abc'"),
         ({}, {"tasks": ["denoise", "copyy"]}, r"--tasks\.1: unknown memory task 'copyy'"),
         ({}, {"models": ["gru"]}, r"--models\.0: unknown memory core 'gru'"),
+        ({"per_model": {"gru": {}}}, {}, r"profiles\.tiny\.per_model\.gru\.\[key\]: unknown memory core 'gru'"),
+        ({"per_model": {"rnn": {"training": {"lr": 0.1}}}}, {}, r"profiles\.tiny\.per_model\.rnn\.training\.lr: unknown key"),
+        ({"per_model": {"rnn": {"model": {"nu": None}}}}, {}, r"profiles\.tiny\.per_model\.rnn\.model\.nu: .*valid integer"),
+        ({"per_model": {"rnn": {"model": {"nonlinearity": "sigmoid"}}}, "models": ["rnn"]}, {},
+         r"^per_model\.rnn\.model\.nonlinearity: unknown non-linearity 'sigmoid'"),
+        ({"model": {"recurrent_init": "orthogonal"}, "models": ["lstm", "rnn"]}, {}, r"^model\.recurrent_init: "),
+        ({"models_by_length": {5: ["lstm"]}}, {}, r"profiles\.tiny\.models_by_length\.5: T = 5 is not one of lengths \[3\]"),
+        ({"models_by_length": {3: ["rnn"]}}, {}, r"profiles\.tiny\.models_by_length\.3\.0: 'rnn' is not one of models"),
+        # SAB at T = 3 (L = 7 steps, every 2nd state stored: 3): its k, or its stride, longer than that.
+        ({"models": ["lstm", "sab"]}, {}, r"^model\.topk: .*\(copy at T = 3, model 'sab'\)"),
+        ({"models": ["sab"], "per_model": {"sab": {"model": {"topk": 4}}}}, {}, r"^per_model\.sab\.model\.topk: "),
+        ({"models": ["sab"], "model": {"topk": 1, "memory_stride": 9}}, {}, r"^model\.memory_stride: "),
     ],
 )
 def test_bad_settings_fail_before_training(tmp_path, changes, selection, message):
@@ -134,6 +147,60 @@ def test_a_tiny_run_learns_copy_and_logs_everything(tmp_path):
     other = run_suite("memory", "tiny", tracker, config_path=_write(tmp_path, TINY), skip_finished=True,
                       dry_run=True, overrides=["training.updates=100"])
     assert other.outcomes[0].status == "PLANNED"
+
+
+def test_per_model_settings_and_models_by_length(tmp_path):
+    profile = {**TINY, "lengths": [3, 5], "models": ["lstm", "rnn", "exprnn"], "models_by_length": {5: ["exprnn"]},
+               "per_model": {"exprnn": {"model": {"nonlinearity": "modrelu"},
+                                        "training": {"optimizer": "rmsprop", "orth_learning_rate": 1e-4}}}}
+    result = run_suite("memory", "tiny", MemoryTracker(), config_path=_write(tmp_path, profile), dry_run=True)
+    plans = {o.plan.name: o.plan for o in result.outcomes}
+    assert list(plans) == ["copy-T3-lstm-s0", "copy-T3-rnn-s0", "copy-T3-exprnn-s0", "copy-T5-exprnn-s0"]
+    exprnn, rnn = plans["copy-T3-exprnn-s0"].params, plans["copy-T3-rnn-s0"].params
+    assert exprnn["network"]["nonlinearity"] == "modrelu" and rnn["network"]["nonlinearity"] == "tanh"
+    assert exprnn["training"]["optimizer"] == "rmsprop" and exprnn["training"]["orth_learning_rate"] == 1e-4
+    # The other settings are the profile's; the override leaves the other cores alone.
+    assert exprnn["training"]["learning_rate"] == rnn["training"]["learning_rate"] == 0.03
+    assert rnn["training"]["optimizer"] == "adam" and rnn["training"]["orth_learning_rate"] is None
+    assert plans["copy-T3-exprnn-s0"].payload.training.orth_learning_rate == 1e-4
+
+
+def test_table5_profile_is_the_paper_profile_narrowed():
+    suite, table5 = load_profile("memory", "table5")
+    plans = suite.plan(table5, {}, data_dir=None)
+    grid = {(p.tags["T"], p.tags["model"]) for p in plans}
+    seven = {"lstm", "rnn", "exprnn", "memrnn", "sab", "relrnn", "rellstm"}
+    assert grid == {(T, m) for T in ("100", "200") for m in seven} | {("500", m) for m in ("lstm", "relrnn", "rellstm")}
+    assert len(plans) == 17 and {p.seed for p in plans} == {0} and {p.tags["task"] for p in plans} == {"copy"}
+    by_model = {p.tags["model"]: p.params for p in plans if p.tags["T"] == "100"}
+    # Table 6 (copy): orthRNN and expRNN RMSprop 2e-4 modReLU (expRNN's orthogonal parameters 2e-5),
+    # LSTM and RelRNN Adam 2e-4, RelRNN tanh with nu = rho = 10.
+    for core in ("rnn", "exprnn"):
+        assert by_model[core]["training"]["optimizer"] == "rmsprop" and by_model[core]["network"]["nonlinearity"] == "modrelu"
+    assert by_model["exprnn"]["training"]["orth_learning_rate"] == 2e-5
+    assert {k: by_model["relrnn"]["network"][k] for k in ("nonlinearity", "nu", "rho")} == {"nonlinearity": "tanh", "nu": 10, "rho": 10}
+    assert all(by_model[c]["training"]["learning_rate"] == 2e-4 for c in seven)
+    assert all(by_model[c]["training"]["optimizer"] == "adam" for c in seven - {"rnn", "exprnn"})
+    assert all(p.params["training"]["updates"] == 200_000 and p.params["training"]["eval_every"] == 500
+               and p.params["training"]["solve_threshold"] == 0.99 for p in plans)
+    # Every run is at the paper profile's settings: compare sets it beside Table 5 without a caveat.
+    assert paper_differences(suite, ((p.tags, logged_settings(p.params)) for p in plans)) == []
+
+
+def test_a_run_stops_once_solved_and_logs_when(tmp_path):
+    tracker = MemoryTracker()
+    profile = {**TINY, "training": {**TINY["training"], "updates": 1000, "eval_every": 25}}
+    result = run_suite("memory", "tiny", tracker, config_path=_write(tmp_path, profile))
+    (outcome,) = result.outcomes
+    metrics = outcome.metrics
+    assert metrics["solved"] == 1.0 and metrics["solved_at"] == metrics["updates"] < 1000
+    (run,) = [r for r in tracker.runs if r.parent_id is not None]
+    evaluations = run.metrics["eval_accuracy"]
+    assert [s for s, _ in evaluations] == list(range(25, int(metrics["solved_at"]) + 1, 25))
+    assert min(v for _, v in evaluations[-2:]) >= 0.99
+    assert run.metrics["loss"][-1][0] == metrics["solved_at"]  # the last log window closes at the stop
+    header, rows = MemorySuite().summary_rows(result.outcomes)
+    assert rows[0][header.index("budget")] == f"solved at {int(metrics['solved_at']):,}"
 
 
 def test_summary_sets_table5_beside_ours():

@@ -281,9 +281,8 @@ def _check_network(profile: MemoryProfile, network: SequenceModelConfig, task: M
         network.check_sequence(task.seq_len, "model")
     except ConfigError as exc:
         key = str(exc).partition(":")[0].removeprefix("model.")
-        if key in _overridden(profile, network.core, "model"):
-            raise ConfigError(f"per_model.{network.core}.{exc}") from None
-        raise ConfigError(f"{exc} ({task.name} at T = {task.T}, model {network.core!r})") from None
+        block = f"per_model.{network.core}." if key in _overridden(profile, network.core, "model") else ""
+        raise ConfigError(f"{block}{exc} ({task.name} at T = {task.T}, model {network.core!r})") from None
 
 
 def _configuration(profile: MemoryProfile, task_name: str, T: int, network: SequenceModelConfig,
