@@ -8,11 +8,21 @@ Conventions (every suite, study and benchmark follows them):
   ``recurbench_version``, ``git_commit`` (when the code runs from a git checkout), ``device``;
 * a run whose body raises is ended ``FAILED`` with the error in the ``error`` tag (``KILLED`` on
   Ctrl-C), and the exception propagates: a crash never leaves a run silently RUNNING or lost;
-* a process killed outright (SIGKILL, out of memory) cannot close its runs: they stay RUNNING until
-  the next invocation that would run the same configuration and seed ends them FAILED with the
-  reason (:meth:`Tracker.end_stale`; one driver per store at a time, so a RUNNING run found at start
-  belongs to nobody). Worker deaths under Ray are handled the same way by the task's next attempt
-  (:mod:`recurbench.engine`);
+* a process killed outright (SIGKILL, out of memory) cannot close its runs. Every run is tagged with
+  its owner (:func:`owner_tags`: host, boot, pid and start time of the process that opened it, and
+  since when), and a RUNNING run is ended FAILED as stale only when its owner is provably gone
+  (:func:`owner_gone`: same host, and that process no longer exists, or another process has its pid),
+  or when the user names it (``recurbench run --end-run``). A run of a live driver, or of one this
+  machine cannot check (another host, an older version that did not tag its owner), is never ended.
+  Worker deaths under Ray are handled by the task's next attempt (:mod:`recurbench.engine`);
+* an embedded store (sqlite, a folder) is created under a lock file beside it (:func:`store_lock`), by
+  one process at a time, and a new sqlite store is built aside and moved into place, so a crash in
+  the middle never leaves a half-created store; the suite runner claims a configuration under the
+  same lock (:mod:`recurbench.suites.runner`);
+* a tracking server that stops answering fails the command within a bounded time (MLflow's HTTP
+  retries capped, :data:`SERVER_RETRIES`) with one line naming it (:class:`StoreUnreachable`); the
+  runs it could not end stay RUNNING, owned by a process that is gone, so the next driver on this
+  host ends them;
 * every run is tagged with the ``host`` that ran it (a cluster spreads runs over machines).
 
 Runs are read back as :class:`RunRecord` (latest metric values, params as logged text):
@@ -28,6 +38,7 @@ database file or a read-only folder fails in seconds with one line naming the st
 
 from __future__ import annotations
 
+import datetime
 import functools
 import json
 import os
@@ -42,16 +53,18 @@ import urllib.error
 import urllib.request
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 from urllib.parse import unquote
 
+from filelock import FileLock, Timeout
+
 import recurbench
-from recurbench.errors import ConfigError
+from recurbench.errors import ConfigError, RecurbenchError
 from recurbench.records import RunRecord, flatten, param_value
-from recurbench.runtime import allocator
+from recurbench.runtime import allocator, stop_signal
 
 RESULTS_DIR = Path("results")
 DEFAULT_TRACKING_URI = "sqlite:///results/mlflow.db"
@@ -163,6 +176,26 @@ class Tracker(ABC):
         """End ``status`` those of ``run_ids`` that are RUNNING (parent runs too), with ``reason`` as
         their ``error`` tag; the ids ended."""
 
+    def _resume(self, run_id: str) -> RunHandle:
+        """A handle on the existing run ``run_id`` (one :meth:`open_run` created, say)."""
+        raise NotImplementedError(f"{type(self).__name__} cannot write into an existing run")
+
+    def open_run(self, name: str, *, experiment: str, tags: Mapping[str, Any] | None = None,
+                 parent: RunHandle | str | None = None) -> RunHandle:
+        """Create a RUNNING run tagged with its host and owner (this process, :func:`owner_tags`) and
+        return it open: the caller ends it (:meth:`run` with ``run_id`` writes into it and ends it)."""
+        parent_id = parent if isinstance(parent, str) or parent is None else parent.run_id
+        tags = {HOST_TAG: socket.gethostname(), **owner_tags(), **{k: str(v) for k, v in (tags or {}).items()}}
+        return self._start(experiment, name, tags, parent_id)
+
+    def run_status(self, run_id: str) -> str | None:
+        """The status of run ``run_id``; None where the store has no such run."""
+        raise NotImplementedError(f"{type(self).__name__} cannot look a run up")
+
+    def withdraw(self, run_id: str, reason: str) -> None:
+        """Take back a run opened to claim work that another driver holds (default: end it KILLED)."""
+        self.end_runs([run_id], reason, status="KILLED")
+
     @contextmanager
     def run(
         self,
@@ -171,27 +204,104 @@ class Tracker(ABC):
         experiment: str,
         tags: Mapping[str, Any] | None = None,
         parent: RunHandle | str | None = None,
+        run_id: str | None = None,
     ) -> Iterator[RunHandle]:
-        """``parent``: the parent run, or its id (e.g. a study's parent run seen from a worker process)."""
-        parent_id = parent if isinstance(parent, str) or parent is None else parent.run_id
-        tags = {HOST_TAG: socket.gethostname(), **{k: str(v) for k, v in (tags or {}).items()}}
-        handle = self._start(experiment, name, tags, parent_id)
+        """``parent``: the parent run, or its id (e.g. a study's parent run seen from a worker process).
+        ``run_id``: write into that RUNNING run (opened by :meth:`open_run`) instead of a new one."""
+        handle = (self._resume(run_id) if run_id is not None
+                  else self.open_run(name, experiment=experiment, tags=tags, parent=parent))
         try:
             yield handle
         except KeyboardInterrupt as exc:
-            handle.set_tags({"error": f"KeyboardInterrupt: {exc}" if str(exc) else "KeyboardInterrupt"})
-            self._end(handle, "KILLED")
+            self._close(handle, "KILLED", {"error": f"KeyboardInterrupt: {exc}" if str(exc) else "KeyboardInterrupt"})
             raise
         except BaseException as exc:
             message = f"{type(exc).__name__}: {exc}"
-            handle.set_tags({"error": message[:5000], "error_traceback": traceback.format_exc()[-5000:]})
-            self._end(handle, "FAILED")
+            self._close(handle, "FAILED", {"error": message[:5000], "error_traceback": traceback.format_exc()[-5000:]})
             raise
         else:
             self._end(handle, "FINISHED")
 
+    def _close(self, handle: RunHandle, status: str, tags: Mapping[str, str]) -> None:
+        """End a run that raised; where the store itself is gone, leave it (its owner, this process,
+        will be gone too when the next driver looks) rather than mask the error with another one."""
+        try:
+            handle.set_tags(tags)
+            self._end(handle, status)
+        except StoreUnreachable:
+            pass
+
 
 HOST_TAG = "host"
+
+
+# ----------------------------------------------------------------------------------------------
+# Owners: which process a RUNNING run belongs to, and whether that process is provably gone
+
+OWNER_HOST, OWNER_BOOT, OWNER_PID, OWNER_START, OWNER_SINCE = (
+    "owner_host", "owner_boot", "owner_pid", "owner_start", "owner_since")
+
+
+def _boot_id() -> str:
+    """This machine's boot (Linux: a new id at every boot), so that a pid of an earlier boot is gone."""
+    try:
+        return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    except OSError:
+        return ""
+
+
+def _process_start(pid: int) -> str | None:
+    """When process ``pid`` started (Linux: clock ticks after boot, field 22 of ``/proc/PID/stat``),
+    "" for a zombie (it has exited), None where ``/proc`` does not say (no such process, not Linux).
+    With the pid it names one process of one boot: a pid reused later has another start."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = stat.rsplit(")", 1)[1].split()  # the name, in parentheses, may hold spaces
+    return "" if fields[0] == "Z" else fields[19]
+
+
+def _pid_exists(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def owner_tags(pid: int | None = None) -> dict[str, str]:
+    """The tags naming the process ``pid`` (default: this one) as the owner of a run it opens."""
+    pid = os.getpid() if pid is None else pid
+    since = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+    return {OWNER_HOST: socket.gethostname(), OWNER_BOOT: _boot_id(), OWNER_PID: str(pid),
+            OWNER_START: _process_start(pid) or "", OWNER_SINCE: since}
+
+
+def owner_gone(tags: Mapping[str, str]) -> bool:
+    """Whether the owner of a run with these tags is provably gone: it ran on this host, and this
+    machine has rebooted since, or its process no longer exists (or is a zombie), or another process
+    now has its pid (another start time). False wherever that cannot be proven: another host, or a
+    run without owner tags (an older recurbench's)."""
+    host, pid = tags.get(OWNER_HOST), tags.get(OWNER_PID, "")
+    if not host or host != socket.gethostname() or not pid.isdigit():
+        return False
+    boot, mine = tags.get(OWNER_BOOT), _boot_id()
+    if boot and mine and boot != mine:
+        return True
+    start = _process_start(int(pid))
+    if start is None:  # no /proc entry: on Linux the process is gone; elsewhere ask the kernel
+        return not _pid_exists(int(pid))
+    return start == "" or (bool(tags.get(OWNER_START)) and start != tags.get(OWNER_START))
+
+
+def describe_owner(tags: Mapping[str, str]) -> str:
+    """``host h, pid p, since t`` for a run's owner (what a message names it by)."""
+    if not tags.get(OWNER_PID):
+        return f"host {tags.get(HOST_TAG, '?')}, owner not recorded (an older recurbench)"
+    return f"host {tags.get(OWNER_HOST)}, pid {tags.get(OWNER_PID)}, since {tags.get(OWNER_SINCE, '?')}"
 
 
 # ----------------------------------------------------------------------------------------------
@@ -246,6 +356,12 @@ class MemoryTracker(Tracker):
     def _end(self, run: RunHandle, status: str) -> None:
         assert isinstance(run, RecordedRun)
         run.status = status
+
+    def _resume(self, run_id: str) -> RunHandle:
+        return next(r for r in self.runs if r.run_id == run_id)
+
+    def run_status(self, run_id: str) -> str | None:
+        return next((r.status for r in self.runs if r.run_id == run_id), None)
 
     def end_stale(
         self, experiment: str, tags: Mapping[str, str], reason: str, *, status: str = "FAILED",
@@ -339,19 +455,31 @@ def check_sqlite_file(path: Path, what: str, *, write: bool = True) -> None:
 
 
 def _check_server(uri: str, what: str, timeout: float = 5.0) -> None:
-    """Refuse an HTTP tracking server that does not answer (MLflow's client would retry for minutes)."""
+    """Refuse an HTTP tracking server that does not answer (MLflow's client would retry for minutes),
+    or one that answers but is not MLflow (its client would fail with a long traceback): MLflow
+    answers an experiment lookup with JSON, an experiment or an ``error_code``."""
     shown = redact_uri(uri)
+    probe = f"{uri.rstrip('/')}/api/2.0/mlflow/experiments/get-by-name?experiment_name=Default"
     try:
-        with urllib.request.urlopen(f"{uri.rstrip('/')}/health", timeout=timeout):
-            pass
-    except urllib.error.HTTPError:
-        return  # something answers (a proxy, an authenticating server): MLflow's own errors say more
+        with urllib.request.urlopen(probe, timeout=timeout) as answer:
+            status, body = answer.status, answer.read(65536)
+    except urllib.error.HTTPError as exc:
+        if exc.code in (401, 403, 407):
+            return  # an authenticating server or proxy: MLflow's own errors (with credentials) say more
+        status, body = exc.code, exc.read(65536)
     except (urllib.error.URLError, OSError) as exc:
         reason = getattr(exc, "reason", exc)
         raise ConfigError(
             f"{what} {shown}: no MLflow server answers ({reason}); start one with `mlflow server --host "
             f"127.0.0.1 --port 5000` and pass --tracking-uri http://127.0.0.1:5000"
         ) from None
+    try:
+        answer = json.loads(body)
+    except ValueError:
+        answer = None
+    if not isinstance(answer, dict) or not ({"experiment", "error_code"} & answer.keys()):
+        raise ConfigError(f"{what} {shown}: the server answers (HTTP {status}) but is not an MLflow tracking "
+                          "server (no MLflow answer to an experiment lookup); check the host, port and path")
 
 
 def check_store(uri: str, *, write: bool = True) -> None:
@@ -365,6 +493,136 @@ def check_store(uri: str, *, write: bool = True) -> None:
     elif write and (uri.startswith("file:") or "://" not in uri):
         folder = Path(unquote(uri.removeprefix("file://").removeprefix("file:")))
         _writable_folder(folder, what)
+
+
+STORE_LOCK_TIMEOUT = 120.0
+"""Seconds a process waits for an embedded store's lock (held for a store's creation, or a claim)."""
+
+
+def store_lock(uri: str) -> AbstractContextManager[Any]:
+    """The lock of an embedded store (``<file>.lock`` beside an sqlite file, ``<folder>.lock`` beside
+    a folder store), shared by every recurbench process on this machine: held to create the store and
+    to claim a configuration (check the store, open the run). A server store has none (it is a no-op
+    there): a server serialises its own writes, and the runner tie-breaks claims after the fact."""
+    if (db := sqlite_file(uri)) is not None:
+        path = db.parent / f"{db.name}.lock"
+    elif uri.startswith("file:") or "://" not in uri:
+        folder = Path(unquote(uri.removeprefix("file://").removeprefix("file:"))).absolute()
+        path = folder.parent / f"{folder.name}.lock"
+    else:
+        return nullcontext()
+    return _StoreLock(path)
+
+
+class _StoreLock:
+    """A :class:`filelock.FileLock` whose timeout is one line naming the lock file."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.lock = FileLock(path, timeout=STORE_LOCK_TIMEOUT)
+
+    def __enter__(self) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            self.lock.acquire()
+        except Timeout:
+            raise ConfigError(f"tracking store: another process has held its lock {self.path} for "
+                              f"{STORE_LOCK_TIMEOUT:.0f} s") from None
+
+    def __exit__(self, *exc: object) -> None:
+        self.lock.release()
+
+
+def prepare_store(uri: str) -> None:
+    """Create an embedded store that does not exist yet, under its lock (:func:`store_lock`): a new
+    sqlite store is built (MLflow's schema and migrations) in a file beside it and moved into place,
+    so a crash in the middle leaves no half-created store, and a process that waited finds it made."""
+    from mlflow.store.tracking.sqlalchemy_store import SqlAlchemyStore  # noqa: PLC0415 - MLflow: 1.5 s to import, the CLI's store checks and --help do without
+
+    db = sqlite_file(uri)
+    if db is None:
+        if uri.startswith("file:") or "://" not in uri:
+            with store_lock(uri):  # MLflow's folder store makes its default experiment on creation
+                mlflow_client(uri).search_experiments(max_results=1)
+        return
+    db.parent.mkdir(parents=True, exist_ok=True)
+    if db.is_file() and db.stat().st_size:
+        return
+    with store_lock(uri):
+        if db.is_file() and db.stat().st_size:
+            return  # another process made it while this one waited
+        aside = db.with_name(f".{db.name}.creating")
+        aside.unlink(missing_ok=True)  # a creation that crashed
+        aside_uri = f"sqlite:///{aside.absolute()}"
+        store = SqlAlchemyStore(aside_uri, (db.parent / "mlartifacts").absolute().as_uri())
+        store.engine.dispose()
+        getattr(SqlAlchemyStore, "_engine_map", {}).pop(aside_uri, None)
+        os.replace(aside, db)
+
+
+SERVER_RETRIES = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "3", "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1",
+                  "MLFLOW_HTTP_REQUEST_TIMEOUT": "10"}
+"""MLflow's HTTP retries for a tracking server, where the environment does not set them: a server that
+stopped answering fails a request within about 10 s (refused) to 50 s (hung), where MLflow's own
+defaults (7 retries, backoff 2, 120 s timeout) wait about 290 s for each."""
+STOPPING_RETRIES = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "0", "MLFLOW_HTTP_REQUEST_TIMEOUT": "5"}
+"""While the command stops (SIGTERM, Ctrl-C): one try of 5 s at most per write."""
+
+
+class StoreUnreachable(RecurbenchError):
+    """The tracking server stopped answering during the command."""
+
+
+@contextmanager
+def _environment(values: Mapping[str, str]) -> Iterator[None]:
+    before = {k: os.environ.get(k) for k in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for k, v in before.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+class ServerClient:
+    """An ``MlflowClient`` of a tracking server that fails fast once the server has stopped answering:
+    the first request that runs out of retries raises :class:`StoreUnreachable` naming the server, and
+    so does every later call, at once (the runs are then left RUNNING: their owner, this process, is
+    gone when the next driver looks). While the command stops, each request is tried once."""
+
+    def __init__(self, client: Any, uri: str) -> None:
+        self._client = client
+        self._uri = uri
+        self._lost: str | None = None
+        for key, value in SERVER_RETRIES.items():
+            os.environ.setdefault(key, value)
+
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self._client, name)
+        return self._guarded(attr) if callable(attr) else attr
+
+    def _guarded(self, method: Any) -> Any:
+        import requests  # noqa: PLC0415 - MLflow's HTTP client, imported with it
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            if self._lost is not None:
+                raise StoreUnreachable(self._lost)
+            try:
+                with _environment(STOPPING_RETRIES) if stop_signal() is not None else nullcontext():
+                    return method(*args, **kwargs)
+            except Exception as exc:
+                cause = exc.__cause__ or exc.__context__
+                if not isinstance(exc, requests.RequestException) and not isinstance(cause, requests.RequestException):
+                    raise
+                reason = str(cause or exc).splitlines()[0][:300].replace(self._uri, redact_uri(self._uri))
+                self._lost = (f"tracking server {redact_uri(self._uri)} stopped answering ({reason}); the runs "
+                              "in progress are left RUNNING, and the next `recurbench run` on this host ends them")
+                raise StoreUnreachable(self._lost) from None
+
+        return call
 
 
 def mlflow_client(uri: str) -> Any:
@@ -434,9 +692,10 @@ class MlflowTracker(Tracker):
     @functools.cached_property
     def client(self) -> Any:
         check_store(self.tracking_uri, write=self.write)
-        if self.write and self.tracking_uri == DEFAULT_TRACKING_URI:
-            RESULTS_DIR.mkdir(parents=True, exist_ok=True)
-        return mlflow_client(self.tracking_uri)
+        if self.write:
+            prepare_store(self.tracking_uri)
+        client = mlflow_client(self.tracking_uri)
+        return ServerClient(client, self.tracking_uri) if self.tracking_uri.startswith(("http://", "https://")) else client
 
     def open(self) -> None:
         self.client  # noqa: B018 - opens the store
@@ -451,8 +710,32 @@ class MlflowTracker(Tracker):
                 if (db := sqlite_file(self.tracking_uri)) is not None:
                     # Artifacts beside the database (MLflow would otherwise use ./mlruns of the cwd).
                     location = (db.parent / "mlartifacts" / experiment).resolve().as_uri()
-                self._experiments[experiment] = self.client.create_experiment(experiment, artifact_location=location)
+                try:
+                    self._experiments[experiment] = self.client.create_experiment(experiment,
+                                                                                  artifact_location=location)
+                except Exception as exc:  # another driver created it first (MLflow's RESOURCE_ALREADY_EXISTS)
+                    if (found := self.client.get_experiment_by_name(experiment)) is None:
+                        raise exc from None
+                    self._experiments[experiment] = found.experiment_id
         return self._experiments[experiment]
+
+    def _resume(self, run_id: str) -> RunHandle:
+        return MlflowRun(self.client, run_id)
+
+    def run_status(self, run_id: str) -> str | None:
+        from mlflow.exceptions import MlflowException  # noqa: PLC0415 - MLflow: 1.5 s to import, the CLI's store checks and --help do without
+
+        try:
+            run = self.client.get_run(run_id)
+        except MlflowException:
+            return None
+        return None if run.info.lifecycle_stage == "deleted" else run.info.status
+
+    def withdraw(self, run_id: str, reason: str) -> None:
+        """Delete a claim that lost to another driver's (MLflow keeps it, marked deleted, out of searches)."""
+        self.client.log_batch(run_id, tags=[_tag("error", reason)])
+        self.client.set_terminated(run_id, status="KILLED")
+        self.client.delete_run(run_id)
 
     def _start(self, experiment: str, name: str, tags: dict[str, str], parent_id: str | None) -> RunHandle:
         from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID  # noqa: PLC0415 - MLflow: 1.5 s to import, the CLI's store checks and --help do without
@@ -473,8 +756,9 @@ class MlflowTracker(Tracker):
         found = self.client.get_experiment_by_name(experiment)
         if found is None:
             return []
-        # Tags are compared here rather than in MLflow's filter syntax, which would need their values quoted.
-        runs = search_all_runs(self.client, found.experiment_id, f"attributes.status = '{status}'")
+        # Tags whose text needs no quoting are filtered by the store too; every tag is compared here.
+        plain = [f"tags.`{k}` = '{v}'" for k, v in tags.items() if re.fullmatch(r"[\w.\-]+", f"{k}{v}")]
+        runs = search_all_runs(self.client, found.experiment_id, " and ".join([f"attributes.status = '{status}'", *plain]))
         return [r for r in map(run_record, runs) if r.status == status and _is_nested_with(r.tags, tags)]
 
     def end_stale(
@@ -496,6 +780,12 @@ class MlflowTracker(Tracker):
                 self.client.set_terminated(run_id, status=status)
                 ended.append(run_id)
         return ended
+
+
+def _tag(key: str, value: str) -> Any:
+    from mlflow.entities import RunTag  # noqa: PLC0415 - MLflow: 1.5 s to import, the CLI's store checks and --help do without
+
+    return RunTag(key, value)
 
 
 def _is_nested_with(run_tags: Mapping[str, str], tags: Mapping[str, str]) -> bool:

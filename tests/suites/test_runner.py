@@ -302,30 +302,118 @@ def test_a_dry_run_plans_reads_the_store_and_writes_nothing(toy):
         run_suite("toy", "base", tracker, config_path=toy, selection={"models": ["bad"]}, dry_run=True)
 
 
-def test_a_run_left_running_by_a_killed_driver_is_ended_failed_then_run_again(toy):
-    """One driver per store: a RUNNING run of a configuration and seed about to run belongs to nobody
-    (its driver was killed outright). It is ended FAILED with the reason; other RUNNING runs stay."""
-    from recurbench.tracking import standard_tags
+def dead_owner() -> dict[str, str]:
+    """Owner tags of a process of this host that has exited (reaped, so its pid is free)."""
+    import subprocess
+    import sys
+
+    from recurbench.tracking import owner_tags
+
+    proc = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE)
+    tags = owner_tags(proc.pid)  # taken while it lives: its start time is recorded
+    proc.communicate(b"")
+    return tags
+
+
+def test_a_run_whose_driver_is_provably_gone_is_ended_failed_then_run_again(toy):
+    """A RUNNING run of a configuration about to run is ended FAILED only when its owner is provably
+    gone (same host, process dead): a live driver's run, an older version's (no owner) stay RUNNING."""
+    from recurbench.tracking import owner_tags, standard_tags
 
     tracker = MemoryTracker()
     first = run_suite("toy", "base", tracker, config_path=toy, selection={"seeds": 1})
     plan = first.outcomes[0].plan
-    orphan_parent = tracker._start("recurbench-toy", "toy-base", {"role": "parent"}, None)
     key = runner.plan_key("toy", "base", plan)
-    stale = tracker._start("recurbench-toy", "good-s0", standard_tags(suite="toy", profile="base", seed=0, model="good",
-                                                                      plan_key=key), orphan_parent.run_id)
-    other = tracker._start("recurbench-toy", "good-s0", standard_tags(suite="toy", profile="both", seed=0, model="good",
-                                                                      plan_key="another"), orphan_parent.run_id)
+    tags = standard_tags(suite="toy", profile="base", seed=0, model="good", plan_key=key)
+    dead = dead_owner()
+    orphan_parent = tracker._start("recurbench-toy", "toy-base", {"role": "parent", **dead}, None)
+    stale = tracker._start("recurbench-toy", "good-s0", {**tags, **dead}, orphan_parent.run_id)
+    live_parent = tracker._start("recurbench-toy", "toy-base", {"role": "parent", **owner_tags()}, None)
+    live = tracker._start("recurbench-toy", "good-s0", {**tags, **owner_tags()}, live_parent.run_id)
+    legacy = tracker._start("recurbench-toy", "good-s0", dict(tags), orphan_parent.run_id)
     result = run_suite("toy", "base", tracker, config_path=toy, selection={"seeds": 1})
     assert result.stale == [stale.run_id]
-    assert stale.status == "FAILED" and "left RUNNING by an invocation that ended without closing it" in stale.tags["error"]
-    assert other.status == "RUNNING"
-    assert orphan_parent.status == "FAILED"  # the killed invocation's parent run ends with it
+    assert stale.status == "FAILED" and "left RUNNING by a driver that is gone" in stale.tags["error"]
+    assert orphan_parent.status == "FAILED"  # the dead driver's parent run ends with it
+    assert live.status == live_parent.status == legacy.status == "RUNNING"
     assert [o.status for o in result.outcomes] == ["FINISHED"]
     assert sum(r.status == "FINISHED" and r.tags.get("plan_key") == key for r in tracker.runs) == 2
-    # With --skip-finished nothing is left to run, and nothing is ended.
-    again = run_suite("toy", "base", tracker, config_path=toy, selection={"seeds": 1}, skip_finished=True)
-    assert again.parent_run_id is None and again.stale == []
+    # --end-run: the user names a run whose driver this machine cannot check; nothing else changes.
+    with pytest.raises(ConfigError, match=r"^--end-run: run nope is not in this store; run run-0 is FINISHED"):
+        run_suite("toy", "base", tracker, config_path=toy, end_runs=["nope", "run-0", legacy.run_id])
+    assert legacy.status == "RUNNING"
+    with pytest.raises(ConfigError, match="does not go with --dry-run"):
+        run_suite("toy", "base", tracker, config_path=toy, end_runs=[legacy.run_id], dry_run=True)
+    run_suite("toy", "base", tracker, config_path=toy, selection={"seeds": 1}, skip_finished=True,
+              end_runs=[legacy.run_id])
+    assert legacy.status == "FAILED" and legacy.tags["error"].startswith("ended by the user (recurbench run --end-run)")
+    assert live.status == "RUNNING"
+
+
+def test_owner_gone_needs_proof(monkeypatch):
+    """Gone: same host and the pid is dead or another process's. Not gone: this process, another
+    host, a run without owner tags."""
+    from recurbench.tracking import OWNER_BOOT, OWNER_HOST, OWNER_START, owner_gone, owner_tags
+
+    assert not owner_gone(owner_tags())
+    assert owner_gone(dead_owner())
+    assert owner_gone({**owner_tags(), OWNER_START: "1"})  # this pid, another start: the pid was reused
+    assert not owner_gone({**dead_owner(), OWNER_HOST: "another-host"})
+    assert owner_gone({**owner_tags(), OWNER_BOOT: "an-earlier-boot"})
+    assert not owner_gone({"host": "x"})
+
+
+def test_skip_finished_leaves_a_live_drivers_run_to_it_and_the_dry_run_shows_it(toy):
+    """--skip-finished: a configuration another live driver is RUNNING is not run again (left to it,
+    named with host, pid and since), neither ended; the dry run lists it as running elsewhere."""
+    from recurbench.tracking import owner_tags, standard_tags
+
+    tracker = MemoryTracker()
+    plan = run_suite("toy", "base", tracker, config_path=toy, dry_run=True).outcomes[1].plan
+    tags = standard_tags(suite="toy", profile="base", seed=1, model="good", plan_key=runner.plan_key("toy", "base", plan))
+    other_parent = tracker._start("recurbench-toy", "toy-base", {"role": "parent", **owner_tags()}, None)
+    other = tracker._start("recurbench-toy", "good-s1", {**tags, **owner_tags()}, other_parent.run_id)
+    dry = run_suite("toy", "base", tracker, config_path=toy, skip_finished=True, dry_run=True)
+    assert [(o.status, o.run_id) for o in dry.outcomes] == [("PLANNED", None), ("RUNNING", other.run_id)]
+    rows, lines = runner.describe_dry_run(dry, tracker)
+    assert rows[1][2].startswith(f"running elsewhere: run {other.run_id} (host ") and ", pid " in rows[1][2]
+    assert lines[0].startswith("1 run(s) to run, 0 already finished, 1 running in another driver")
+    result = run_suite("toy", "base", tracker, config_path=toy, skip_finished=True)
+    assert [o.status for o in result.outcomes] == ["FINISHED", "RUNNING"] and result.failed == []
+    assert result.elsewhere[0].owner.startswith("host ") and other.status == "RUNNING"
+    # Once the other driver finished it, the next --skip-finished reuses its run.
+    other.log_params({**plan.params, "seed": 1})
+    other.metrics["score"] = [(None, 0.5)]
+    other.status = "FINISHED"
+    again = run_suite("toy", "base", tracker, config_path=toy, skip_finished=True)
+    assert again.parent_run_id is None and [o.run_id for o in again.reused][1] == other.run_id
+
+
+def test_a_claim_that_loses_to_an_earlier_one_withdraws(toy, monkeypatch):
+    """Without a store lock (a server), a driver opens its run first and checks again: when another
+    driver's claim of the plan is earlier, it withdraws its own and leaves the plan to it."""
+    from recurbench.tracking import owner_tags
+
+    tracker = MemoryTracker()
+    plan = run_suite("toy", "base", tracker, config_path=toy, dry_run=True, selection={"seeds": 1}).outcomes[0].plan
+    rival_parent = tracker._start("recurbench-toy", "toy-base", {"role": "parent", **owner_tags()}, None)
+    opened = []
+    real_open = tracker.open_run
+
+    def open_run(name, **kwargs):  # the rival's claim lands between this driver's check and its run
+        if not opened and kwargs.get("parent") != rival_parent.run_id:
+            opened.append(tracker.open_run.__wrapped__(name, **{**kwargs, "parent": rival_parent.run_id}))
+        return real_open(name, **kwargs)
+
+    open_run.__wrapped__ = real_open
+    monkeypatch.setattr(tracker, "open_run", open_run)
+    parent = tracker._start("recurbench-toy", "toy-base", {"role": "parent", **owner_tags()}, None)
+    found = runner.claim(tracker, runner.nullcontext(), ToySuite(), "toy", "base", plan, parent.run_id,
+                         check=True, stale=[])
+    assert found.run_id is None and found.outcome.status == "RUNNING" and found.outcome.run_id == opened[0].run_id
+    mine = [r for r in tracker.runs if r.parent_id == parent.run_id]
+    assert [r.status for r in mine] == ["KILLED"] and mine[0].tags["error"].startswith(
+        f"withdrawn: run {opened[0].run_id} (host ")
 
 
 def test_the_serial_engine_refuses_the_ray_options():

@@ -52,13 +52,15 @@ class RunPlan:
 @dataclass
 class RunOutcome:
     plan: RunPlan
-    status: str  # FINISHED | FAILED | PLANNED (a dry run)
+    status: str  # FINISHED | FAILED | PLANNED (a dry run) | RUNNING (by another driver: ``owner``)
     metrics: dict[str, float] = field(default_factory=dict)
     error: str | None = None
     run_id: str | None = None
     seconds: float = 0.0
     reused: bool = False
     """A run found FINISHED in the store (``skip_finished``), not run by this invocation."""
+    owner: str | None = None
+    """RUNNING: the driver that runs it elsewhere (host, pid, since when), left to it (``skip_finished``)."""
 
 
 @dataclass
@@ -76,8 +78,13 @@ class SuiteResult:
     def reused(self) -> list[RunOutcome]:
         return [o for o in self.outcomes if o.reused]
 
+    @property
+    def elsewhere(self) -> list[RunOutcome]:
+        """Runs another live driver is running (``skip_finished``): left to it."""
+        return [o for o in self.outcomes if o.status == "RUNNING"]
+
     stale: list[str] = field(default_factory=list)
-    """Runs found RUNNING for the configurations run here (left by a killed driver), ended FAILED."""
+    """Runs found RUNNING for the configurations run here whose driver is provably gone, ended FAILED."""
 
 
 class SuiteDefinition(ABC):

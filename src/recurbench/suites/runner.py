@@ -14,9 +14,15 @@ a configuration x seed that already has a FINISHED run in the store, with the sa
 settings (every logged param, execution params such as the thread count aside, a param an older
 version did not log read at its default), is not run again; that run's results enter the summary.
 
-One driver per store at a time: a run of a configuration and seed that this invocation is about to
-run, found RUNNING in the store, was left so by a driver killed outright (SIGKILL, a machine that
-stopped). It is ended FAILED with the reason before the configuration runs again.
+Several drivers may share a store (two terminals, two users of one server). Each run is tagged with
+its owner (:func:`recurbench.tracking.owner_tags`); a run found RUNNING is ended FAILED as stale only
+when its owner is provably gone (:func:`recurbench.tracking.owner_gone`: same host, process dead) or
+when the user names it (``end_runs``, ``recurbench run --end-run``). A driver claims each
+configuration and seed when it is about to run it (:func:`claim`): with ``skip_finished``, one that
+another driver has FINISHED meanwhile is reused, and one another live driver is RUNNING is left to it
+(status RUNNING, with that driver's host, pid and since when), so two drivers share the work and end
+with one FINISHED run each. On an embedded store the check and the opening of the run are one step,
+under the store's lock; on a server the run is opened first and the earliest claim wins.
 """
 
 from __future__ import annotations
@@ -24,9 +30,12 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import socket
 import statistics
 import time
 from collections.abc import Callable, Mapping, Sequence
+from contextlib import AbstractContextManager, nullcontext
+from dataclasses import dataclass
 from typing import Any
 
 from recurbench.devices import describe_device
@@ -36,7 +45,16 @@ from recurbench.records import RunRecord, has_settings, logged_settings
 from recurbench.seeding import seed_everything
 from recurbench.suites.base import ProgressFn, RunOutcome, RunPlan, SuiteDefinition, SuiteResult
 from recurbench.suites.registry import load_profile
-from recurbench.tracking import Tracker, experiment_name, standard_tags
+from recurbench.tracking import (
+    HOST_TAG,
+    StoreUnreachable,
+    Tracker,
+    describe_owner,
+    experiment_name,
+    owner_gone,
+    standard_tags,
+    store_lock,
+)
 
 
 def run_suite(
@@ -53,6 +71,7 @@ def run_suite(
     skip_finished: bool = False,
     dry_run: bool = False,
     engine: EngineSpec | None = None,
+    end_runs: Sequence[str] = (),
 ) -> SuiteResult:
     """Plan every run (all validation happens here, before training), then execute them through
     ``engine`` (default: serial, in this process), on ``device`` (``--device``; None: the suite's
@@ -60,7 +79,9 @@ def run_suite(
     ``skip_finished``, plans that already have a FINISHED run at the same settings are not run again;
     when none is left, no parent run is opened (``parent_run_id`` None). ``dry_run`` stops after
     planning (and reading the store for ``skip_finished``): the runs left to do come back
-    ``PLANNED``, and nothing is trained or written."""
+    ``PLANNED`` (``RUNNING`` where another live driver runs them), and nothing is trained or written.
+    ``end_runs``: RUNNING runs the user names as stale (their driver is gone where this machine cannot
+    tell: another host, an older recurbench), ended FAILED before anything runs."""
     engine = engine or EngineSpec()
     definition, cfg = load_profile(name, profile, config_path, overrides)
     check_device(engine, device)
@@ -71,10 +92,16 @@ def run_suite(
     if not plans:
         raise ConfigError(f"suite {name!r} profile {profile!r}: the selection leaves no run to do")
     experiment = experiment_name(name)
+    if end_runs:
+        if dry_run:
+            raise ConfigError("--end-run ends runs in the store: it does not go with --dry-run, which writes nothing")
+        end_named_runs(tracker, end_runs)
     reused = stored_outcomes(definition, tracker, experiment, profile, plans) if skip_finished else {}
     outcomes: list[RunOutcome | None] = [reused.get(i) for i in range(len(plans))]
     if dry_run:
-        return SuiteResult(name, profile, None, [o or RunOutcome(p, "PLANNED") for o, p in zip(outcomes, plans, strict=True)])
+        elsewhere = running_elsewhere(tracker, experiment, name, profile, plans) if skip_finished else {}
+        return SuiteResult(name, profile, None, [o or elsewhere.get(i) or RunOutcome(p, "PLANNED")
+                                                 for i, (o, p) in enumerate(zip(outcomes, plans, strict=True))])
     for o in reused.values():
         if progress_factory:
             progress_factory(o.plan)(1, 1, f"already finished as run {o.run_id}: not run again")
@@ -90,12 +117,15 @@ def run_suite(
             parent.log_params({"profile": profile, "n_runs": len(todo), "selection": dict(selection or {}),
                                "overrides": list(overrides), "skip_finished": skip_finished, "engine": engine.kind})
             _execute(session, definition, name, profile, plans, todo, outcomes, parent.run_id,
-                     data_dir=data_dir, device=device, progress_factory=progress_factory)
+                     data_dir=data_dir, device=device, progress_factory=progress_factory,
+                     skip_finished=skip_finished, stale=stale)
             done = [o for o in outcomes if o is not None]
-            ran = [outcomes[i] for i in todo]
-            failed = [o for o in ran if o is not None and o.status != "FINISHED"]
+            ran = [o for o in (outcomes[i] for i in todo) if o is not None and not o.reused and o.status != "RUNNING"]
+            failed = [o for o in ran if o.status != "FINISHED"]
             parent.log_metrics({"runs_finished": len(ran) - len(failed), "runs_failed": len(failed),
-                                "runs_skipped": len(reused), "stale_runs_ended": len(stale)})
+                                "runs_skipped": sum(o.reused for o in done),
+                                "runs_elsewhere": sum(o.status == "RUNNING" for o in done),
+                                "stale_runs_ended": len(stale)})
             result = SuiteResult(name, profile, parent.run_id, done, stale)
             if failed and len(failed) == len(ran):
                 # Mark the parent FAILED too: nothing in this invocation produced a result.
@@ -106,12 +136,18 @@ def run_suite(
 def _execute(
     session: Session, definition: SuiteDefinition, name: str, profile: str, plans: Sequence[RunPlan],
     todo: Sequence[int], outcomes: list[RunOutcome | None], parent_id: str, *, data_dir: str | None,
-    device: str | None, progress_factory: Callable[[RunPlan], ProgressFn] | None,
+    device: str | None, progress_factory: Callable[[RunPlan], ProgressFn] | None, skip_finished: bool,
+    stale: list[str],
 ) -> None:
-    """Run ``plans[todo]`` through ``session``, filling ``outcomes``; on Ctrl-C or SIGTERM, the runs the
+    """Run ``plans[todo]`` through ``session``, filling ``outcomes``: each is claimed (:func:`claim`)
+    just before the engine takes it, and handed over with its run. On Ctrl-C or SIGTERM, the runs the
     session leaves open end KILLED (their Ray tasks were cancelled: nothing else can close them)."""
     in_task = session.kind != "serial"
-    jobs = [(definition, name, profile, plans[i], session.tracker, parent_id, data_dir, device, in_task) for i in todo]
+    experiment = experiment_name(name)
+    claims = [Claim() for _ in todo]
+    jobs = [(definition, name, profile, plans[i], session.tracker, parent_id, data_dir, device, in_task, claims[k])
+            for k, i in enumerate(todo)]
+    lock = store_lock(uri) if (uri := getattr(session.tracker, "tracking_uri", None)) else nullcontext()
     bars: dict[int, ProgressFn] = {}
 
     def progress_of(k: int) -> ProgressFn:
@@ -122,12 +158,20 @@ def _execute(
         return bars[k]
 
     def on_start(k: int) -> None:
-        if in_task:
+        # The engine hands job k over (runs it here, or pickles it into a Ray task) after this returns.
+        found = claim(session.tracker, lock, definition, name, profile, plans[todo[k]], parent_id,
+                      check=skip_finished, stale=stale)
+        claims[k].run_id, claims[k].outcome = found.run_id, found.outcome
+        if found.outcome is not None:
+            elsewhere = found.outcome.status == "RUNNING"
+            progress_of(k)(1, 1, f"running elsewhere as run {found.outcome.run_id} ({found.outcome.owner}): left to it"
+                           if elsewhere else f"finished meanwhile as run {found.outcome.run_id}: not run again")
+        elif in_task:
             progress_of(k)(0, 1, "running as a Ray task")
 
     def on_done(k: int, outcome: RunOutcome) -> None:
         outcomes[todo[k]] = outcome
-        if in_task:
+        if in_task and claims[k].outcome is None:
             progress_of(k)(1, 1, outcome.status.lower() + (f": {outcome.error}" if outcome.error else ""))
 
     def on_crash(k: int, reason: str) -> None:
@@ -140,40 +184,147 @@ def _execute(
         progress_of(k)(1, 1, "failed: " + error)
 
     if not in_task:  # a progress bar per run, drawn when the run starts
-        jobs = [(*job[:-1], False, lambda *a, k=k: progress_of(k)(*a)) for k, job in enumerate(jobs)]
+        jobs = [(*job, lambda *a, k=k: progress_of(k)(*a)) for k, job in enumerate(jobs)]
     try:
         session.map(execute_plan, jobs, on_done, on_crash, on_start)
     except (KeyboardInterrupt, SystemExit) as exc:
-        if in_task:
-            session.tracker.end_stale(experiment_name(name), {"suite": name, "profile": profile},
-                                      f"KeyboardInterrupt: the driver was stopped ({type(exc).__name__}) and "
-                                      "cancelled its Ray tasks", status="KILLED", parent_id=parent_id)
+        # Under Ray: the cancelled tasks' runs; either way, a run claimed but not started yet.
+        reason = (f"KeyboardInterrupt: the driver was stopped ({type(exc).__name__}) and cancelled its Ray tasks"
+                  if in_task else f"KeyboardInterrupt: the driver was stopped ({type(exc).__name__})")
+        try:
+            session.tracker.end_stale(experiment, {"suite": name, "profile": profile}, reason, status="KILLED",
+                                      parent_id=parent_id)
+        except StoreUnreachable:
+            pass
         raise
 
 
 PLAN_TAG = "plan_key"
+STARTED_TAG = "started_by"
+"""Set on a claimed run when a process starts executing it (host and pid): a Ray task's next attempt
+finds it and knows its predecessor died."""
+
+
+@dataclass
+class Claim:
+    """A configuration and seed the driver claimed before handing it to the engine: the run it opened
+    for it (``run_id``), or what stands for it instead (``outcome``: FINISHED meanwhile, RUNNING by
+    another driver)."""
+
+    run_id: str | None = None
+    outcome: RunOutcome | None = None
+
+
+def run_tags(name: str, profile: str, plan: RunPlan, **extra: Any) -> dict[str, str]:
+    """The tags of a nested run of ``plan`` (the device is added by whoever executes it)."""
+    return standard_tags(suite=name, profile=profile, seed=plan.seed, **{PLAN_TAG: plan_key(name, profile, plan)},
+                         **plan.tags, **extra)
+
+
+def claim(
+    tracker: Tracker, lock: AbstractContextManager[Any], definition: SuiteDefinition, name: str, profile: str,
+    plan: RunPlan, parent_id: str, *, check: bool, stale: list[str],
+) -> Claim:
+    """Open the run of ``plan`` under ``parent_id``, unless (with ``check``, i.e. ``--skip-finished``)
+    the store has it FINISHED with its headline metrics (reused) or RUNNING by another driver whose
+    owner is not provably gone (left to it). A RUNNING run of it whose owner is provably gone is ended
+    FAILED first (its id added to ``stale``). The check and the opening hold ``lock`` (the store's: one
+    step for every driver on an embedded store); without a lock (a server), the run is opened and the
+    check is made again: of two drivers that opened runs of one plan at once, the one with the earlier
+    (start time, run id) keeps it and the other withdraws."""
+    experiment = experiment_name(name)
+    tags = run_tags(name, profile, plan)
+    if not check:
+        return Claim(tracker.open_run(plan.name, experiment=experiment, tags=tags, parent=parent_id).run_id)
+    with lock:
+        found = _claimed(tracker, definition, name, profile, plan, parent_id, stale)
+        if found is not None:
+            return Claim(outcome=found)
+        run = tracker.open_run(plan.name, experiment=experiment, tags=tags, parent=parent_id)
+    if not isinstance(lock, nullcontext):
+        return Claim(run.run_id)
+    found = _claimed(tracker, definition, name, profile, plan, parent_id, stale, mine=run.run_id)
+    if found is None:
+        return Claim(run.run_id)
+    tracker.withdraw(run.run_id, f"withdrawn: run {found.run_id} ({found.owner or 'finished'}) claimed this "
+                                 "configuration and seed first")
+    return Claim(outcome=found)
+
+
+def _claimed(
+    tracker: Tracker, definition: SuiteDefinition, name: str, profile: str, plan: RunPlan, parent_id: str,
+    stale: list[str], mine: str | None = None,
+) -> RunOutcome | None:
+    """What stands for ``plan`` in the store, if anything (see :func:`claim`). With ``mine`` (a run just
+    opened), only a FINISHED run or a RUNNING one earlier than ``mine`` counts."""
+    experiment = experiment_name(name)
+    tags = {"suite": name, "profile": profile, PLAN_TAG: plan_key(name, profile, plan)}
+    for run in tracker.stored_runs(experiment, tags, "FINISHED"):
+        if all(k in run.metrics for k in definition.headline_metrics):
+            return RunOutcome(plan, "FINISHED", metrics={k: run.metrics[k] for k in definition.headline_metrics},
+                              run_id=run.run_id, seconds=run.metrics.get("wall_time_s", 0.0), reused=True)
+    running = [r for r in tracker.stored_runs(experiment, tags, "RUNNING") if r.parent_id != parent_id]
+    gone = [r for r in running if owner_gone(r.tags)]
+    if gone:
+        stale.extend(_end_stale(tracker, gone))
+    live = sorted((r for r in running if r not in gone), key=lambda r: (r.start_time, r.run_id))
+    if mine is not None:
+        ours = next((r for r in tracker.stored_runs(experiment, tags, "RUNNING") if r.run_id == mine), None)
+        live = [r for r in live if ours is None or (r.start_time, r.run_id) < (ours.start_time, ours.run_id)]
+    if live:
+        return RunOutcome(plan, "RUNNING", run_id=live[0].run_id, owner=describe_owner(live[0].tags))
+    return None
+
+
+def running_elsewhere(tracker: Tracker, experiment: str, name: str, profile: str,
+                      plans: Sequence[RunPlan]) -> dict[int, RunOutcome]:
+    """The plans (by index) that a live driver (one not provably gone) is running now: what a dry run
+    shows as such."""
+    keys = {plan_key(name, profile, plan): i for i, plan in enumerate(plans)}
+    found: dict[int, RunOutcome] = {}
+    for run in tracker.stored_runs(experiment, {"suite": name, "profile": profile}, "RUNNING"):  # newest first
+        i = keys.get(run.tags.get(PLAN_TAG, ""))
+        if i is not None and not owner_gone(run.tags):
+            found[i] = RunOutcome(plans[i], "RUNNING", run_id=run.run_id, owner=describe_owner(run.tags))
+    return found
 
 
 def execute_plan(
     definition: SuiteDefinition, name: str, profile: str, plan: RunPlan, tracker: Tracker, parent_id: str,
-    data_dir: str | None, device: str | None, in_task: bool = False, progress: ProgressFn | None = None,
+    data_dir: str | None, device: str | None, in_task: bool = False, claimed: Claim | None = None,
+    progress: ProgressFn | None = None,
 ) -> RunOutcome:
-    """Run one plan as a nested run of ``parent_id``: in the driver's process (serial) or in a Ray task
-    (``in_task``: any run an earlier, dead attempt of this task left RUNNING is ended FAILED first).
-    An exception in the training code ends the run FAILED and comes back in the outcome."""
+    """Run one plan as a nested run of ``parent_id`` (the run ``claimed`` opened, if any), in the
+    driver's process (serial) or in a Ray task (``in_task``: a run an earlier, dead attempt of this
+    task left RUNNING is ended FAILED first, and a fresh one opened). A claim that found the plan
+    finished or running elsewhere comes back as it is. An exception in the training code ends the run
+    FAILED and comes back in the outcome; a stop, or a tracking server gone, propagates."""
+    if claimed is not None and claimed.outcome is not None:
+        return claimed.outcome
     experiment = experiment_name(name)
     key = plan_key(name, profile, plan)
+    run_id = claimed.run_id if claimed is not None else None
+    claim_owner: dict[str, str] = {}
     if in_task:
-        tracker.end_stale(experiment, {"suite": name, "profile": profile, PLAN_TAG: key},
-                          "its worker died (killed, or out of memory); Ray ran the task again", parent_id=parent_id)
+        ours = [r for r in tracker.stored_runs(experiment, {"suite": name, "profile": profile, PLAN_TAG: key},
+                                                "RUNNING") if r.parent_id == parent_id]
+        dead = [r for r in ours if r.run_id != run_id or STARTED_TAG in r.tags]
+        tracker.end_runs([r.run_id for r in dead], "its worker died (killed, or out of memory); Ray ran the task again")
+        if run_id in [r.run_id for r in dead]:
+            # A fresh run, owned like the claim by the driver (alive: this task runs for it).
+            owner = next(r.tags for r in dead if r.run_id == run_id)
+            run_id, claim_owner = None, {k: v for k, v in owner.items() if k.startswith("owner_")}
     target = definition.target_device(task_device(device))
-    tags = standard_tags(suite=name, profile=profile, seed=plan.seed, device=describe_device(target),
-                         **{PLAN_TAG: key}, **plan.tags)
+    here = {HOST_TAG: socket.gethostname(), "device": describe_device(target),
+            STARTED_TAG: f"{socket.gethostname()} pid {os.getpid()}", **claim_owner}
     start = time.perf_counter()
     outcome = RunOutcome(plan, "FAILED")
     try:
-        with tracker.run(plan.name, experiment=experiment, tags=tags, parent=parent_id) as run:
+        with tracker.run(plan.name, experiment=experiment, tags=run_tags(name, profile, plan, **here),
+                         parent=parent_id, run_id=run_id) as run:
             outcome.run_id = run.run_id
+            if run_id is not None:
+                run.set_tags(here)
             run.log_params({**plan.params, "seed": plan.seed})
             seed_everything(plan.seed)
             outcome.metrics = definition.execute(plan, run, progress or (lambda *_: None), data_dir=data_dir,
@@ -181,7 +332,7 @@ def execute_plan(
             outcome.seconds = time.perf_counter() - start
             run.log_metrics({"wall_time_s": outcome.seconds})
         outcome.status = "FINISHED"
-    except (KeyboardInterrupt, SystemExit):
+    except (KeyboardInterrupt, SystemExit, StoreUnreachable):
         raise
     except Exception as exc:  # the run is already marked FAILED by the tracker
         outcome.error = f"{type(exc).__name__}: {exc}"
@@ -189,18 +340,34 @@ def execute_plan(
     return outcome
 
 
+STALE_REASON = ("left RUNNING by a driver that is gone (its process on this host no longer exists: killed "
+                "outright, or its machine stopped)")
+
+
 def end_stale_runs(tracker: Tracker, experiment: str, name: str, profile: str, plans: Sequence[RunPlan]) -> list[str]:
-    """End FAILED the runs of ``plans`` that a driver killed outright left RUNNING (one driver per
-    store at a time: nobody is running them); their ids."""
+    """End FAILED the RUNNING runs of ``plans`` whose owner is provably gone
+    (:func:`recurbench.tracking.owner_gone`); their ids. A run of a live driver, or of one this
+    machine cannot check, is left alone."""
     keys = {plan_key(name, profile, plan) for plan in plans}
     running = tracker.stored_runs(experiment, {"suite": name, "profile": profile}, "RUNNING")
-    reason = ("left RUNNING by an invocation that ended without closing it (killed outright, or its machine "
-              "stopped); this configuration and seed was run again")
-    stale = [r for r in running if r.tags.get(PLAN_TAG) in keys]
-    ended = tracker.end_runs([r.run_id for r in stale], reason)
-    # Their parents too: the invocation that opened them is gone as well.
-    tracker.end_runs(sorted({r.parent_id for r in stale if r.parent_id}), reason.split(";")[0])
+    return _end_stale(tracker, [r for r in running if r.tags.get(PLAN_TAG) in keys and owner_gone(r.tags)])
+
+
+def _end_stale(tracker: Tracker, stale: Sequence[RunRecord]) -> list[str]:
+    ended = tracker.end_runs([r.run_id for r in stale], STALE_REASON + "; this configuration and seed runs again")
+    # Their parents too: a nested run's owner is its parent's (the driver that claimed it), gone as well.
+    tracker.end_runs(sorted({r.parent_id for r in stale if r.parent_id}), STALE_REASON)
     return ended
+
+
+def end_named_runs(tracker: Tracker, run_ids: Sequence[str]) -> list[str]:
+    """End FAILED the RUNNING runs the user names (``--end-run``): each must be RUNNING in the store,
+    else nothing is ended and a :class:`ConfigError` names it."""
+    wrong = [(r, status) for r in run_ids if (status := tracker.run_status(r)) != "RUNNING"]
+    if wrong:
+        raise ConfigError("--end-run: " + "; ".join(f"run {r} is {'not in this store' if s is None else s}"
+                                                     for r, s in wrong) + " (only a RUNNING run can be ended)")
+    return tracker.end_runs(list(run_ids), "ended by the user (recurbench run --end-run): its driver is gone")
 
 
 def plan_key(suite: str, profile: str, plan: RunPlan) -> str:
@@ -232,12 +399,15 @@ def describe_dry_run(result: SuiteResult, tracker: Tracker) -> tuple[list[list[s
     typical = typical_seconds(result.suite, result.profile, tracker, [o.plan for o in outcomes])
     rows = []
     for i, o in enumerate(outcomes):
-        status = f"finished: run {o.run_id}" if o.status == "FINISHED" else "to run"
+        status = {"FINISHED": f"finished: run {o.run_id}",
+                  "RUNNING": f"running elsewhere: run {o.run_id} ({o.owner})"}.get(o.status, "to run")
         if i in typical and o.status == "PLANNED":
             status += f" (typically {duration(typical[i])})"
         rows.append([o.plan.name, str(o.plan.seed), status])
     todo = [i for i, o in enumerate(outcomes) if o.status == "PLANNED"]
-    lines = [f"{len(todo)} run(s) to run, {len(result.reused)} already finished; nothing was trained or written"]
+    lines = [f"{len(todo)} run(s) to run, {len(result.reused)} already finished"
+             + (f", {len(result.elsewhere)} running in another driver (left to it by --skip-finished)"
+                if result.elsewhere else "") + "; nothing was trained or written"]
     if known := [typical[i] for i in todo if i in typical]:
         lines.append(
             f"typical time of the {len(known)} run(s) to run that have one: {duration(sum(known))} in all (the "
