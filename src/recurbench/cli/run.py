@@ -88,6 +88,12 @@ def run_cmd(
         typer.Option("--dry-run", help="Check the settings and list the runs (with --skip-finished: which are "
                      "already finished); train nothing, write nothing."),
     ] = False,
+    end_run: Annotated[
+        list[str] | None,
+        typer.Option("--end-run", help="End FAILED this RUNNING run first (repeatable): one whose driver is gone where "
+                     "this machine cannot tell (another host, an older recurbench), so that --skip-finished runs it "
+                     "again. A driver on this host that is gone is found without it."),
+    ] = None,
     tracking_uri: TrackingOpt = None,
     data_dir: DataDirOpt = None,
     device: DeviceOpt = None,
@@ -113,7 +119,7 @@ def run_cmd(
     if dry_run:
         result = run_suite(suite, profile, tracker, selection=selection, data_dir=data_dir, config_path=config,
                            overrides=overrides or (), device=device, skip_finished=skip_finished, dry_run=True,
-                           engine=spec)
+                           engine=spec, end_runs=split_csv(end_run) or ())
         rows, lines = describe_dry_run(result, tracker)
         console.print(table(f"{suite} / {profile}: dry run", ["run", "seed", "status"], rows))
         for line in lines:
@@ -125,7 +131,7 @@ def run_cmd(
         result = run_suite(
             suite, profile, tracker, selection=selection, data_dir=data_dir, config_path=config,
             overrides=overrides or (), progress_factory=_RunProgress(progress), device=device,
-            skip_finished=skip_finished, engine=spec,
+            skip_finished=skip_finished, engine=spec, end_runs=split_csv(end_run) or (),
         )
     header, rows = SUITES[suite]().summary_rows(result.outcomes)
     # A footnote row (text in the first cell only) reads as a line under the table, at the table's width.
@@ -139,11 +145,16 @@ def run_cmd(
             f"run again (--skip-finished); the table includes them: "
             + ", ".join(f"{o.plan.name} ({o.run_id})" for o in reused[:5]) + (", ..." if len(reused) > 5 else "")
         ))
+    if elsewhere := result.elsewhere:
+        console.print(escape(
+            f"{len(elsewhere)} run(s) are running in another driver and were left to it (--skip-finished): "
+            + ", ".join(f"{o.plan.name} (run {o.run_id}; {o.owner})" for o in elsewhere[:5])
+            + (", ..." if len(elsewhere) > 5 else "") + "; once it ends, `--skip-finished` again shows the whole table"
+        ))
     if result.stale:
         err_console.print(escape(
-            f"ended FAILED: {len(result.stale)} run(s) of these configurations left RUNNING by an invocation that "
-            f"was killed outright (one driver per store at a time): {', '.join(result.stale[:5])}"
-            + (", ..." if len(result.stale) > 5 else "")
+            f"ended FAILED: {len(result.stale)} run(s) of these configurations left RUNNING by a driver on this host "
+            f"that is gone (killed outright): {', '.join(result.stale[:5])}" + (", ..." if len(result.stale) > 5 else "")
         ))
     if result.parent_run_id is not None:
         console.print(f"MLflow parent run: {result.parent_run_id}")
