@@ -279,7 +279,7 @@ def test_a_gpu_on_a_machine_without_one_is_refused_before_the_tracking_store_is_
     assert not store.exists() and not (tmp_path / "results").exists()
 
 
-def test_progress_off_a_terminal_logs_one_line_per_change():
+def test_progress_off_a_terminal_logs_each_epoch_once():
     import io
     from types import SimpleNamespace
 
@@ -295,11 +295,14 @@ def test_progress_off_a_terminal_logs_one_line_per_change():
             update(done / 5, 2, "epoch 1/2")
         update(1, 2, "epoch 1/2: train 0.5000, val 0.6000 (3 s)")
         update(1.5, 2, "epoch 2/2")
+        update(1.75, 2, "epoch 2/2, batch 20/40: val 0.5500")
+        update(2, 2, "done: test MSE 0.9000, MAE 0.7000")
     lines = [line.split(" ", 1)[1] for line in buffer.getvalue().splitlines() if line[:2].isdigit()]
+    # An epoch's start ("epoch 1/2", the bar's label) is said again when it ends: logged once, at its end.
     assert lines == [
-        "informer-ETTh1-24-s0 epoch 1/2",
         "informer-ETTh1-24-s0 epoch 1/2: train 0.5000, val 0.6000 (3 s)",
-        "informer-ETTh1-24-s0 epoch 2/2",
+        "informer-ETTh1-24-s0 epoch 2/2, batch 20/40: val 0.5500",
+        "informer-ETTh1-24-s0 done: test MSE 0.9000, MAE 0.7000",
     ]
 
 

@@ -57,7 +57,10 @@ def test_ltsf_summary_leaves_the_papers_change_out_at_other_settings(data_dir):
     definition, outcomes = _outcomes("ltsf", "paper", selection, metrics, data_dir)
     header, rows = definition.summary_rows(outcomes)
     # At the paper's settings: its change against the baseline in brackets (0.414 / 0.762), no caveat.
-    assert header[9] == "MSE vs baseline (paper)" and rows[1][9] == "-25.0 % (-45.7 %)" and len(rows) == 2
+    assert header[9] == "MSE vs baseline (paper)" and rows[1][9] == "-25.0 % (-45.7 %)" and len(rows) == 3
+    # A closing row says what the baseline is (no caveat at the paper's settings).
+    assert rows[2][0].startswith("MSE vs baseline: an RSA model's mean test MSE against its baseline's")
+    assert rows[2][0].endswith("; in brackets, the paper's") and rows[2][1:] == [""] * (len(header) - 1)
     definition, outcomes = _outcomes("ltsf", "quick", selection, metrics, data_dir)
     header, rows = definition.summary_rows(outcomes)
     assert header[9] == "MSE vs baseline" and rows[1][9] == "-25.0 %"
@@ -65,6 +68,8 @@ def test_ltsf_summary_leaves_the_papers_change_out_at_other_settings(data_dir):
     note = " ".join(rows[-1][0].split())
     assert note.startswith("paper MSE/MAE: not comparable with the paper's figures: settings other than the paper's: ")
     assert "training.epochs 2 (paper 6)" in note and rows[-1][1:] == [""] * (len(header) - 1)
+    # A setting the paper leaves unset says so in words, not "(paper None)".
+    assert "training.max_train_batches 40 (paper: unset)" in note and "None" not in note
 
 
 def test_langs_and_memory_summaries_close_with_the_caveat_only_beside_paper_figures():

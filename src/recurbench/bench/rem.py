@@ -45,6 +45,11 @@ from recurbench.forecasters.layers.attention import AttentionLayer, ProbSparseAt
 from recurbench.forecasters.layers.rsa import REMHeadConfig, RSAFullAttention, RSAMixer
 from recurbench.kernels.rem import IMPLS, rem_apply, resolve_impl
 
+QUICK_SEQ_LEN = 1024
+"""``bench rem``'s default T: seconds on a 2-core CPU, the dense path's peak under 1 GB."""
+FULL_SEQ_LEN = 4096
+"""``bench rem --full-size``: the shape of docs/performance.md's figures (minutes, a dense peak near 9 GB)."""
+
 SIX_TYPES = (("regular", 1), ("cos", 1), ("sin", 1), ("regular", 24), ("cos", 24), ("sin", 24))
 
 
@@ -206,7 +211,7 @@ def dense_bytes_estimate(seq_len: int, heads: int, batch: int, itemsize: int = 4
 
 
 def bench_rem(
-    seq_len: int = 4096,
+    seq_len: int = QUICK_SEQ_LEN,
     heads: int = 8,
     head_dim: int = 64,
     batch: int = 4,

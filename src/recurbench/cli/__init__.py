@@ -20,6 +20,7 @@ bench ...      :mod:`recurbench.cli.bench`
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import sys
@@ -31,26 +32,26 @@ from rich.markup import escape
 from typer.rich_utils import rich_format_error
 
 from recurbench.cli import bench, data, listing, results, run, tune
-from recurbench.cli.common import app, bench_app, console, data_app, err_console
+from recurbench.cli.common import Command, app, bench_app, console, data_app, err_console
 from recurbench.errors import DataWarning, RecurbenchError
 from recurbench.runtime import handle_termination, stop_signal, tune_allocator
 
-app.command("list")(listing.list_cmd)
-data_app.command("list")(data.data_list)
-data_app.command("verify")(data.data_verify)
-data_app.command("fetch")(data.data_fetch)
-data_app.command("info")(data.data_info)
-app.command("run")(run.run_cmd)
-app.command("tune")(tune.tune_cmd)
-app.command("compare")(results.compare_cmd)
-app.command("report")(results.report_cmd)
-bench_app.command("rem")(bench.bench_rem_cmd)
-bench_app.command("rsa")(bench.bench_rsa_cmd)
-bench_app.command("forecast")(bench.bench_forecast_cmd)
-bench_app.command("kernels")(bench.bench_kernels_cmd)
-bench_app.command("memattn")(bench.bench_memattn_cmd)
-bench_app.command("rl")(bench.bench_rl_cmd)
-bench_app.command("langs")(bench.bench_langs_cmd)
+app.command("list", cls=Command)(listing.list_cmd)
+data_app.command("list", cls=Command)(data.data_list)
+data_app.command("verify", cls=Command)(data.data_verify)
+data_app.command("fetch", cls=Command)(data.data_fetch)
+data_app.command("info", cls=Command)(data.data_info)
+app.command("run", cls=Command)(run.run_cmd)
+app.command("tune", cls=Command)(tune.tune_cmd)
+app.command("compare", cls=Command)(results.compare_cmd)
+app.command("report", cls=Command)(results.report_cmd)
+bench_app.command("rem", cls=Command)(bench.bench_rem_cmd)
+bench_app.command("rsa", cls=Command)(bench.bench_rsa_cmd)
+bench_app.command("forecast", cls=Command)(bench.bench_forecast_cmd)
+bench_app.command("kernels", cls=Command)(bench.bench_kernels_cmd)
+bench_app.command("memattn", cls=Command)(bench.bench_memattn_cmd)
+bench_app.command("rl", cls=Command)(bench.bench_rl_cmd)
+bench_app.command("langs", cls=Command)(bench.bench_langs_cmd)
 
 
 def main() -> None:
@@ -63,6 +64,9 @@ def main() -> None:
     handle_termination()
     tune_allocator()  # keeps freed tensor memory in the process: no page faults per training step
     _show_data_warnings()
+    # MLflow announces at INFO that it creates a new store's tables ("Creating initial MLflow database
+    # tables..."): noise on a first run. Its warnings and errors still print.
+    logging.getLogger("mlflow.store.db.utils").setLevel(logging.WARNING)
     # Off a terminal (a log file, a pipe) rich wraps to 80 columns unless $COLUMNS says otherwise, which
     # folds the result tables into unreadable narrow columns; a log file has no width to respect.
     for out in (console, err_console):

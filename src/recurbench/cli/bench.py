@@ -13,44 +13,83 @@ from recurbench.cli.common import (
     JsonOpt,
     at_least,
     console,
+    duration,
+    megabytes,
     print_json,
     split_csv,
     table,
+    times,
 )
 from recurbench.config import check_names
 from recurbench.errors import RecurbenchError
 
 
 def bench_rem_cmd(
-    seq_len: Annotated[int, typer.Option("--seq-len", help="Sequence length T.")] = 4096,
+    seq_len: Annotated[int | None, typer.Option(
+        "--seq-len", help="Sequence length T (default: 1024, or 4096 with --full-size).")] = None,
     heads: Annotated[int, typer.Option("--heads", help="Heads H (cycling through the six REM types).")] = 8,
     head_dim: Annotated[int, typer.Option("--head-dim", help="Head dimension D.")] = 64,
     batch: Annotated[int, typer.Option("--batch", help="Batch size B.")] = 4,
+    full_size: Annotated[bool, typer.Option(
+        "--full-size", help="T = 4096, the shape of docs/performance.md's figures: minutes on a CPU and a dense "
+        "peak near 9 GB (the default T = 1024 ends in seconds under 1 GB).")] = False,
     masked: Annotated[bool, typer.Option("--masked/--unmasked", help="Masked (causal) or bidirectional REMs.")] = False,
-    sweep: Annotated[bool, typer.Option("--sweep", help="Also run T = 512, 1024, 2048, 4096, 8192.")] = False,
+    sweep: Annotated[bool, typer.Option(
+        "--sweep", help="Also run T = 512, 1024, 2048, 4096, 8192 (minutes; dense up to 4096, near 9 GB).")] = False,
     repeats: Annotated[int, typer.Option("--repeats", help="Timed repetitions (median).")] = 3,
     threads: Annotated[int, typer.Option("--threads", help="torch CPU threads.")] = 2,
     device: BenchDeviceOpt = "auto",
     as_json: JsonOpt = False,
 ) -> None:
     """REM operator: dense (paper, App. D.1) vs the default path (chunked on CPU, Triton on CUDA)."""
-    from recurbench.bench.rem import bench_rem, bench_rem_sweep  # noqa: PLC0415 - torch
+    from recurbench.bench.rem import FULL_SEQ_LEN, QUICK_SEQ_LEN, bench_rem, bench_rem_sweep  # noqa: PLC0415 - torch
 
+    if seq_len is None:
+        seq_len = FULL_SEQ_LEN if full_size else QUICK_SEQ_LEN
+    elif full_size:
+        raise RecurbenchError("--full-size sets --seq-len to 4096: give one or the other")
     at_least(1, seq_len=seq_len, heads=heads, head_dim=head_dim, batch=batch, repeats=repeats, threads=threads)
     kw = dict(heads=heads, head_dim=head_dim, batch=batch, masked=masked, repeats=repeats, threads=threads,
               device=device)
-    result: dict[str, Any] = bench_rem(seq_len, **kw)
-    if sweep:
-        result = {"main": result, "sweep": bench_rem_sweep(**kw)}
+    with console.status(f"timing the REM operator at T = {seq_len}"):
+        result: dict[str, Any] = bench_rem(seq_len, **kw)
+        if sweep:
+            result = {"main": result, "sweep": bench_rem_sweep(**kw)}
     if as_json:
         return print_json(result)
-    rows = [result] if not sweep else [result["main"], *result["sweep"]["rows"]]
-    cols = ["seq_len", "max_abs_err", "time_dense_fwd_bwd_s", "time_default_fwd_bwd_s", "speedup_fwd_bwd",
-            "minor_page_faults_fwd_bwd", "peak_mem_dense_bytes", "peak_mem_default_bytes", "peak_mem_ratio",
-            "effective_bandwidth_fwd_gbps", "bandwidth_vs_copy", "bandwidth_vs_hbm_peak"]
-    fmt = lambda x: f"{x:.4g}" if isinstance(x, float) else ("-" if x is None else x)  # noqa: E731
-    console.print(table(f"REM operator, H={heads} D={head_dim} B={batch} ({rows[0]['device']}, "
-                         f"{rows[0]['default_impl']})", cols, [[fmt(r.get(c)) for c in cols] for r in rows]))
+    rows = [result] if not sweep else result["sweep"]["rows"]
+    if sweep and result["main"]["seq_len"] not in [r["seq_len"] for r in rows]:
+        rows = sorted([result["main"], *rows], key=lambda r: r["seq_len"])
+    console.print(rem_table(rows, heads=heads, head_dim=head_dim, batch=batch))
+
+
+_REM_ROWS: list[tuple[str, str, Any]] = [
+    # (label, field, format): one row per quantity, one column per T (fits 80 columns with a sweep's six).
+    ("max abs error", "max_abs_err", lambda x: "-" if x is None else f"{x:.1e}"),
+    ("dense fwd+bwd", "time_dense_fwd_bwd_s", duration),
+    ("{impl} fwd+bwd", "time_default_fwd_bwd_s", duration),
+    ("speed-up", "speedup_fwd_bwd", times),
+    ("dense peak", "peak_mem_dense_bytes", megabytes),
+    ("{impl} peak", "peak_mem_default_bytes", megabytes),
+    ("memory saved", "peak_mem_ratio", times),
+    ("page faults/call", "minor_page_faults_fwd_bwd", lambda x: "-" if x is None else f"{x:,.0f}"),
+    ("fwd bandwidth", "effective_bandwidth_fwd_gbps", lambda x: "-" if x is None else f"{x:.3g} GB/s"),
+    ("  of a copy's", "bandwidth_vs_copy", lambda x: "-" if x is None else f"{100 * x:.2g} %"),
+    ("  of HBM peak", "bandwidth_vs_hbm_peak", lambda x: "-" if x is None else f"{100 * x:.2g} %"),
+]
+
+
+def rem_table(rows: list[dict[str, Any]], *, heads: int, head_dim: int, batch: int) -> Any:
+    """``bench rem``'s results transposed: a row per quantity in units a person reads (ms, MB, ×), a
+    column per sequence length, and a legend for the terms."""
+    impl = rows[0]["default_impl"]
+    body = [[label.format(impl=impl), *(fmt(r.get(key)) for r in rows)] for label, key, fmt in _REM_ROWS]
+    legend = (f"dense: the paper's T x T matrices (App. D.1); {impl}: the default path. max abs error: {impl} "
+              "against dense, forward. speed-up and memory saved: dense over the default path. peak: memory one "
+              "forward+backward adds to its inputs. fwd bandwidth: V read and P V written once over the forward "
+              "time. - : not measured (dense skipped above 8 GB, no HBM figure off CUDA).")
+    return table(f"REM operator, H={heads} D={head_dim} B={batch} ({rows[0]['device']})",
+                 ["", *(f"T = {r['seq_len']}" for r in rows)], body, caption=legend)
 
 
 def bench_rsa_cmd(

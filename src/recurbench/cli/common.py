@@ -7,14 +7,59 @@ from typing import Annotated, Any
 
 import typer
 from rich.console import Console
-from rich.markup import escape
-from rich.table import Table
-from rich.text import Text
+from typer.core import TyperCommand, TyperGroup
 
 from recurbench.engine import EngineSpec
 from recurbench.errors import RecurbenchError
+from recurbench.tables import FittedTable
+
+
+class Command(TyperCommand):
+    """A command whose ``--help`` reads as words: an option that takes a value shows its own name as the
+    metavar (``--seeds SEEDS``, ``--tracking-uri TRACKING_URI``) rather than Typer's ``<int>`` or
+    ``<list[str]>``, a flag shows none (not ``<bool>``), and an argument reads ``SUITE`` (not ``{suite}``
+    and ``<str>``). An option given its own ``metavar`` keeps it (``--set KEY=VALUE``)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        for param in self.params:
+            _name_metavar(param)
+
+    def get_help_option(self, ctx: Any) -> Any:
+        option = super().get_help_option(ctx)
+        if option is not None:
+            _name_metavar(option)
+        return option
+
+    def collect_usage_pieces(self, ctx: Any) -> list[str]:
+        # Typer >= 0.2x writes a required argument as {NAME}; the usage line reads NAME, as click wrote it.
+        return [p[1:-1] if p.startswith("{") and p.endswith("}") else p for p in super().collect_usage_pieces(ctx)]
+
+
+class Group(TyperGroup):
+    """A command group whose ``--help`` option shows no ``<bool>`` (see :class:`Command`)."""
+
+    def get_help_option(self, ctx: Any) -> Any:
+        option = super().get_help_option(ctx)
+        if option is not None:
+            _name_metavar(option)
+        return option
+
+
+def _name_metavar(param: Any) -> None:
+    if param.metavar is not None or param.name is None:
+        return
+    if getattr(param, "is_flag", False) or getattr(param, "is_bool_flag", False):
+        param.metavar = ""
+        return
+    long = next((o for o in param.opts if o.startswith("--")), None)
+    param.metavar = (long.lstrip("-") if long else param.name).upper().replace("-", "_")
+    if long is None and not any(o.startswith("-") for o in param.opts) and hasattr(param, "display_type_rich"):
+        param.display_type_rich = lambda ctx: None  # an argument: its name says what it takes, not <str>
+
 
 app = typer.Typer(
+    cls=Group,
     name="recurbench",
     help="Benchmarks that untangle recurrence and self-attention: RL agents, LTSF forecasters, regular "
          "languages and memory tasks.",
@@ -22,8 +67,8 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     add_completion=False,
 )
-data_app = typer.Typer(help="Datasets: list, verify checksums, fetch, info (splits and windows under the LTSF protocol).", no_args_is_help=True)
-bench_app = typer.Typer(help="Performance benchmarks (kernels, layers, training throughput).", no_args_is_help=True)
+data_app = typer.Typer(cls=Group, help="Datasets: list, verify checksums, fetch, info (splits and windows under the LTSF protocol).", no_args_is_help=True)
+bench_app = typer.Typer(cls=Group, help="Performance benchmarks (kernels, layers, training throughput).", no_args_is_help=True)
 app.add_typer(data_app, name="data")
 app.add_typer(bench_app, name="bench")
 
@@ -42,8 +87,8 @@ JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of a t
 DeviceOpt = Annotated[
     str | None,
     typer.Option("--device", help="Where to train: auto (a CUDA GPU when one is visible, else the CPU), cpu, cuda, "
-                 "cuda:N or mps. Default: auto for ltsf, cpu for minigrid (small recurrent policies; "
-                 "stable-baselines3's advice)."),
+                 "cuda:N or mps. Default: auto for ltsf; cpu for minigrid, langs and memory (small "
+                 "networks stepped one batch or one time step at a time: a GPU mostly waits on launches)."),
 ]
 
 EngineOpt = Annotated[
@@ -89,15 +134,32 @@ def print_json(obj: Any) -> None:
     typer.echo(json.dumps(obj, indent=2, default=str))
 
 
-def table(title: str, header: list[str], rows: list[list[Any]]) -> Table:
-    """A rich table of plain text: names and values are never read as rich markup (``[informer]``
-    would vanish); a :class:`rich.text.Text` cell keeps its style."""
-    table = Table(title=escape(title))
-    for name in header:
-        table.add_column(escape(str(name)))
-    for row in rows:
-        table.add_row(*(cell if isinstance(cell, Text) else escape(str(cell)) for cell in row))
-    return table
+def table(title: str, header: list[str], rows: list[list[Any]], *, caption: str | None = None) -> FittedTable:
+    """A table of plain text that fits the terminal it is printed on (:class:`recurbench.tables.FittedTable`:
+    cells wrap at spaces, names and numbers stay whole); ``caption`` (a legend) prints under it."""
+    return FittedTable(title, header, rows, caption=caption)
+
+
+def megabytes(n: float | None) -> str:
+    """Bytes as a person reads them: ``6,511 MB``, ``12.3 MB``; ``-`` for None."""
+    if n is None:
+        return "-"
+    mb = n / 1e6
+    return f"{mb:,.0f} MB" if abs(mb) >= 100 else f"{mb:.3g} MB"
+
+
+def duration(seconds: float | None) -> str:
+    """Seconds as ``183 ms``, ``1.24 s`` or ``61 s``; ``-`` for None."""
+    if seconds is None:
+        return "-"
+    if seconds < 1:
+        return f"{seconds * 1000:.3g} ms"
+    return f"{seconds:.3g} s" if seconds < 100 else f"{seconds:,.0f} s"
+
+
+def times(ratio: float | None) -> str:
+    """A ratio as ``24.4×``; ``-`` for None."""
+    return "-" if ratio is None else f"{ratio:.3g}×"
 
 
 def at_least(minimum: int, **options: int | None) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import time
 from typing import Annotated, Any
 
@@ -27,13 +28,19 @@ from recurbench.cli.common import (
 )
 from recurbench.engine import check_cluster_store
 from recurbench.errors import RecurbenchError
+from recurbench.tables import FittedTable
 from recurbench.tracking import check_store, make_tracker
+
+_EPOCH_UNDER_WAY = re.compile(r"epoch \d+/\d+")
+"""A description that only names the epoch in progress: a bar's label, said again with its results
+when the epoch ends."""
 
 
 class _RunProgress:
-    """One rich progress bar per run on a terminal; elsewhere (nohup, a scheduler's log file) a
-    time-stamped line whenever a run's description changes (an epoch starts or ends, evaluation
-    begins), since a live bar is not drawn there and a long run would otherwise print nothing."""
+    """One rich progress bar per run on a terminal; elsewhere (nohup, a scheduler's log file) no bar
+    (the caller disables it) but a time-stamped line whenever a run's description changes (an epoch
+    ends, a validation check, evaluation begins), since a long run would otherwise print nothing. An
+    epoch's start (``epoch 2/6``, the bar's label) is left out of the log: its end line says it again."""
 
     def __init__(self, progress: Progress) -> None:
         self.progress = progress
@@ -45,7 +52,7 @@ class _RunProgress:
         def update(completed: float, total: float, description: str = "") -> None:
             text = f"{plan.name} {description}".strip()
             self.progress.update(task, completed=completed, total=total, description=text)
-            if not self.progress.console.is_terminal and text != last[0]:
+            if not self.progress.console.is_terminal and text != last[0] and not _EPOCH_UNDER_WAY.fullmatch(description):
                 last[0] = text
                 self.progress.console.print(f"{time.strftime('%H:%M:%S')} {escape(text)}", highlight=False, soft_wrap=True)
 
@@ -59,7 +66,7 @@ def run_cmd(
     horizons: Annotated[list[str] | None, typer.Option("--horizons", help="LTSF: horizons to run.")] = None,
     models: Annotated[list[str] | None, typer.Option("--models", help="Models (forecasters) or cores (agents) to run.")] = None,
     envs: Annotated[list[str] | None, typer.Option("--envs", help="MiniGrid: env pairs to run (see `recurbench list envs`).")] = None,
-    pairs: Annotated[list[str] | None, typer.Option("--pair", help="MiniGrid: a train/test pair of gymnasium ids, TRAIN_ID:TEST_ID (repeatable).")] = None,
+    pairs: Annotated[list[str] | None, typer.Option("--pair", metavar="TRAIN:TEST", help="MiniGrid: a train/test pair of gymnasium ids, TRAIN_ID:TEST_ID (repeatable).")] = None,
     languages: Annotated[
         list[str] | None,
         typer.Option("--languages", help="langs: languages to run (parity, tomita3, tomita5, tomita6, d2, d4)."),
@@ -76,7 +83,7 @@ def run_cmd(
     config: Annotated[str | None, typer.Option("--config", help="A suite YAML to use instead of the shipped one.")] = None,
     overrides: Annotated[
         list[str] | None,
-        typer.Option("--set", help="Override a profile setting, e.g. --set training.rsa_lr_factor=100 (repeatable)."),
+        typer.Option("--set", metavar="KEY=VALUE", help="Override a profile setting, e.g. --set training.rsa_lr_factor=100 (repeatable)."),
     ] = None,
     skip_finished: Annotated[
         bool,
@@ -126,7 +133,8 @@ def run_cmd(
             console.print(escape(line))
         return
     with Progress(
-        TextColumn("{task.description}", markup=False), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=console
+        TextColumn("{task.description}", markup=False), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+        console=console, disable=not console.is_terminal,  # in a log file: the lines of _RunProgress only
     ) as progress:
         result = run_suite(
             suite, profile, tracker, selection=selection, data_dir=data_dir, config_path=config,
@@ -134,11 +142,7 @@ def run_cmd(
             skip_finished=skip_finished, engine=spec, end_runs=split_csv(end_run) or (),
         )
     header, rows = SUITES[suite]().summary_rows(result.outcomes)
-    # A footnote row (text in the first cell only) reads as a line under the table, at the table's width.
-    notes = [row[0] for row in rows if not any(row[1:])]
-    console.print(table(f"{suite} / {profile}", header, [row for row in rows if any(row[1:])]))
-    for note in notes:
-        console.print(escape(note), highlight=False)
+    console.print(closing_table(f"{suite} / {profile}", header, rows))
     if reused := result.reused:
         console.print(escape(
             f"{len(reused)} of {len(result.outcomes)} run(s) were already finished at these settings and were not "
@@ -162,6 +166,28 @@ def run_cmd(
         for o in result.failed:
             err_console.print(f"[red]FAILED[/red] {escape(o.plan.name)}: {escape(str(o.error))}")
         raise typer.Exit(1)
+
+
+SEEDS_LEGEND = "seeds n/m: n runs finished of the m planned (one per seed)"
+
+
+def closing_table(title: str, header: list[str], rows: list[list[str]]) -> FittedTable:
+    """``run``'s closing table, made to fit a terminal of 80 columns or more.
+
+    A footnote row (text in the first cell only) becomes a line of the caption, under the table and
+    wrapped to its width, after a legend for the ``seeds`` column. Leading columns that hold one value
+    in every row (``dataset ETTh1``, ``horizon 24`` when only they ran) move into the title, which
+    leaves room for the columns that differ; the remaining cells wrap (see :func:`table`)."""
+    notes = [row[0] for row in rows if not any(row[1:])]
+    body = [row for row in rows if any(row[1:])]
+    shared = 0
+    while len(body) > 1 and len(header) - shared > 2 and len({row[shared] for row in body}) == 1:
+        shared += 1
+    if shared:
+        title += ": " + ", ".join(f"{header[i]} {body[0][i]}" for i in range(shared))
+    if any(h.startswith("seeds") for h in header):
+        notes.insert(0, SEEDS_LEGEND)
+    return table(title, header[shared:], [row[shared:] for row in body], caption="\n".join(notes) or None)
 
 
 def _selection(suite: str, seeds: int | None, first_seed: int, total_timesteps: int | None,

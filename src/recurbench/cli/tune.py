@@ -43,7 +43,7 @@ def tune_cmd(
     config: Annotated[str | None, typer.Option("--config", help="A suite YAML to use instead of the shipped one.")] = None,
     overrides: Annotated[
         list[str] | None,
-        typer.Option("--set", help="Override a profile setting for every trial, e.g. --set training.epochs=3 (repeatable)."),
+        typer.Option("--set", metavar="KEY=VALUE", help="Override a profile setting for every trial, e.g. --set training.epochs=3 (repeatable)."),
     ] = None,
     tracking_uri: TrackingOpt = None,
     data_dir: DataDirOpt = None,

@@ -466,6 +466,11 @@ class LTSFSuite(SuiteDefinition):
                 f"{statistics.fmean(o.metrics['seconds_per_epoch'] for o in done):.1f}" if done else "-",
                 _versus_baseline(dataset, horizon, model, mean_mse, {} if caveat else reference),
             ])
+        if any(row[-1] != "-" for row in rows):
+            rows.append(footnote_row(
+                "MSE vs baseline: an RSA model's mean test MSE against its baseline's, the same network without "
+                "REMs (informer for rsa_informer), in this invocation" + ("" if caveat else "; in brackets, the paper's"),
+                header))
         if caveat and any(row[6] != "-" for row in rows):
             rows.append(footnote_row(f"paper MSE/MAE: {caveat}", header))
         return header, rows

@@ -64,7 +64,8 @@ def paper_differences(definition: SuiteDefinition, runs: Iterable[tuple[Mapping[
                 differing.setdefault(key, ({}, want))[0].setdefault("not logged" if have is None else have)
     # Top-level settings first (a suite's budget: total_timesteps, eval_episodes), then by section.
     ordered = sorted(differing.items(), key=lambda item: (item[0].count("."), item[0]))
-    out = [f"{key} {', '.join(values)} (paper {want})" for key, (values, want) in ordered]
+    # A setting the paper's profile leaves unset (null: no cap, or derived from another) reads "paper: unset".
+    out = [f"{key} {', '.join(values)} (paper{': unset' if want == 'None' else ' ' + want})" for key, (values, want) in ordered]
     if outside:
         names = list(outside)
         out.append(f"{len(names)} configuration(s) the paper profile does not run: {', '.join(names[:3])}"
