@@ -39,7 +39,8 @@ def local_ray():
     with pytest.MonkeyPatch.context() as env:
         env.setenv("RAY_memory_monitor_refresh_ms", "0")
         env.setenv("RAY_worker_niceness", "0")
-        ray.init(num_cpus=4, include_dashboard=False, logging_level="ERROR")
+        # address="local": this instance, whatever other heads or marker files the machine has.
+        ray.init(address="local", num_cpus=4, include_dashboard=False, logging_level="ERROR")
     yield ray
     ray.shutdown()
 

@@ -4,10 +4,18 @@
 
 * ``serial`` (the default) runs everything in the calling process, in order.
 * ``ray`` runs each unit of work (a configuration x seed of a suite; a study worker of ``tune``) as a
-  Ray task. With no ``--address`` (nor ``RAY_ADDRESS``) the command starts a local Ray instance of its
-  own, sized to ``--workers`` x ``--cpus-per-run`` CPUs, and stops it at the end; with one it attaches
-  to that cluster. ``--cpus-per-run`` sets each task's CPU reservation and torch's thread count in it;
-  ``--gpus-per-run`` (fractions allowed) its GPU share, and the task trains on the GPU Ray assigned.
+  Ray task. Without ``--address`` the command starts a local Ray instance of its own, sized to
+  ``--workers`` x ``--cpus-per-run`` CPUs, and stops it at the end, whatever other Ray heads, marker
+  files (``ray_current_cluster``) or ``$RAY_ADDRESS`` this machine has: that instance listens on
+  loopback only and takes Ray's token authentication. ``--address HOST:PORT`` (or ``ray://HOST:PORT``,
+  Ray's client) attaches to that cluster instead, the only way to attach. Either way one line on stderr
+  names the instance. ``--cpus-per-run`` sets each task's CPU reservation and torch's thread count in
+  it; ``--gpus-per-run`` (fractions allowed) its GPU share, and the task trains on the GPU Ray assigned.
+
+Requests that cannot be met end at once with one line: an address where nothing answers (a bounded
+connect, naming the address), a ``ray://`` address without Ray's client installed, and a run's
+``--cpus-per-run``/``--gpus-per-run`` that no node of the instance has (checked after it starts,
+before any task is submitted; each such task would wait forever).
 
 Failures: a task whose worker dies (SIGKILL, the out-of-memory killer, a node lost) is retried by Ray
 up to ``max_retries`` times; each attempt first ends FAILED the run its dead predecessor left RUNNING.
@@ -26,12 +34,15 @@ when ``--engine ray`` is asked for.
 
 from __future__ import annotations
 
+import importlib.util
 import logging
 import os
 import signal
+import socket
+import sys
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -49,6 +60,10 @@ from recurbench.tracking import (
 
 ENGINES = ("serial", "ray")
 INSTALL_RAY = "pip install 'recurbench[ray]'"
+LOCAL = "local"
+"""``--address local``: a local instance of the command's own, as without ``--address``."""
+CONNECT_TIMEOUT_S = 10.0
+"""How long an ``--address`` may take to accept a connection before the command gives up on it."""
 
 
 @dataclass(frozen=True)
@@ -61,7 +76,8 @@ class EngineSpec:
     """Tasks at a time (ray). None: as many as the local CPUs allow (``cpus_per_run`` each), or as the
     cluster schedules with an address."""
     address: str | None = None
-    """A Ray cluster to attach to (else ``$RAY_ADDRESS``, else a local instance started here)."""
+    """A Ray cluster to attach to (``HOST:PORT`` or ``ray://HOST:PORT``); None or ``local``: a local
+    instance started here. ``$RAY_ADDRESS`` is not read: attaching is asked for by name."""
     cpus_per_run: float = 1.0
     gpus_per_run: float = 0.0
     max_retries: int = 2
@@ -78,6 +94,9 @@ class EngineSpec:
             raise ConfigError(f"--gpus-per-run must not be negative, got {self.gpus_per_run}")
         if self.max_retries < 0:
             raise ConfigError(f"max_retries must not be negative, got {self.max_retries}")
+        if self.address == "auto":
+            raise ConfigError("--address auto: name the cluster to attach to (--address HOST:PORT, or "
+                              "--address \"$RAY_ADDRESS\"); recurbench does not guess it from Ray's marker files")
         if self.kind == "serial":
             given = [flag for flag, value in (("--workers", self.workers if self.workers != 1 else None),
                                               ("--address", self.address),
@@ -90,10 +109,10 @@ class EngineSpec:
 
     @property
     def cluster_address(self) -> str | None:
-        """The Ray cluster to attach to, if any (``address``, else ``$RAY_ADDRESS``)."""
-        if self.kind != "ray":
+        """The Ray cluster to attach to, if any (``address``; None for a local instance)."""
+        if self.kind != "ray" or self.address in (None, "", LOCAL):
             return None
-        return self.address or os.environ.get("RAY_ADDRESS") or None
+        return self.address
 
     @property
     def threads(self) -> int:
@@ -344,24 +363,7 @@ def open_session(spec: EngineSpec, tracker: Tracker) -> Iterator[Session]:
     ray = import_ray()
     check_cluster_store(spec, tracker.tracking_uri)
     tracker.open()  # a bad store fails here, before Ray starts
-    started = not ray.is_initialized()  # else: a caller's instance (a notebook's, a test's), left running
-    if started:
-        kwargs: dict[str, Any] = {"logging_level": logging.WARNING, "include_dashboard": False}
-        # ray.init installs its own SIGTERM handler (sys.exit, then an abort): keep ours, which unwinds
-        # like Ctrl-C so that the tasks are cancelled and their runs end KILLED.
-        handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
-        if spec.cluster_address is not None:
-            ray.init(address=spec.cluster_address, **kwargs)
-        else:
-            # Ray starts its workers at nice 15 by default; training runs at the priority the command has.
-            os.environ.setdefault("RAY_worker_niceness", "0")
-            workers = spec.workers or max(1, int((os.cpu_count() or 1) // spec.cpus_per_run))
-            ray.init(num_cpus=max(1, round(workers * spec.cpus_per_run)), **kwargs)
-        if threading.current_thread() is threading.main_thread():
-            for sig, handler in handlers.items():
-                if handler is not None:
-                    signal.signal(sig, handler)
-    try:
+    with ray_instance(ray, spec):
         session_tracker: Tracker = tracker
         writer = None
         if is_local_store(tracker.tracking_uri):
@@ -372,12 +374,180 @@ def open_session(spec: EngineSpec, tracker: Tracker) -> Iterator[Session]:
         finally:
             if writer is not None:
                 ray.kill(writer)
-    finally:
-        if started:
-            ray.shutdown()
 
+
+# ----------------------------------------------------------------------------------------------
+# The Ray instance: a local one of the command's own, or the cluster named by --address
+
+LOOPBACK = "127.0.0.1"
+
+
+def announce(line: str) -> None:
+    """The one line that names the Ray instance of a command, on stderr (beside Ray's own messages;
+    rich's progress display prints it above its bars)."""
+    print(line, file=sys.stderr, flush=True)
+
+
+@contextmanager
+def ray_instance(ray: Any, spec: EngineSpec) -> Iterator[str]:
+    """The Ray instance of one command, announced in one line (yielded too) once the requests were
+    checked against its nodes: a local instance started here and stopped at the end (:func:`_start_local`),
+    the cluster at ``--address`` (:func:`_attach`), or the caller's own (a notebook's, a test's), used
+    and left running."""
+    if ray.is_initialized():
+        where = "the Ray instance this process already runs"
+        line = f"Ray: {where} ({_sizes(check_resources(ray, spec, where))}); it is left running"
+        announce(line)
+        yield line
+        return
+    # ray.init installs its own SIGTERM handler (sys.exit, then an abort): keep ours, which unwinds
+    # like Ctrl-C so that the tasks are cancelled and their runs end KILLED.
+    handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
+    with ExitStack() as stack:
+        try:
+            if spec.cluster_address is None:
+                elsewhere = os.environ.get("RAY_ADDRESS")  # named in the line, never attached to
+                stack.enter_context(_local_only_settings())
+                stack.callback(ray.shutdown)  # also after a start that failed half-way
+                line = _start_local(ray, spec, elsewhere)
+            else:
+                stack.callback(ray.shutdown)
+                line = _attach(ray, spec, spec.cluster_address)
+        finally:
+            if threading.current_thread() is threading.main_thread():
+                for sig, handler in handlers.items():
+                    if handler is not None:
+                        signal.signal(sig, handler)
+        announce(line)
+        yield line
+
+
+@contextmanager
+def _local_only_settings() -> Iterator[None]:
+    """Ray's settings, while the command's own instance runs, for an instance nobody else can use.
+
+    * ``RAY_AUTH_MODE=token``: every connection to it, its own workers' included, must carry the token
+      of ``~/.ray/auth_token`` (``RAY_AUTH_TOKEN``/``RAY_AUTH_TOKEN_PATH`` where set; Ray writes the file
+      if there is none). Ray 2.59+ does this by default for a local instance, except where the user's
+      environment says ``RAY_AUTH_MODE=disabled``: that setting is for their clusters, not this one.
+    * The node on loopback: Ray binds its servers (GCS, raylet, workers, agents) to 127.0.0.1 only when
+      the node's address is loopback, and keeps ``_node_ip_address="127.0.0.1"`` only where it expects
+      no multi-node cluster (``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER`` off, the default on macOS and
+      Windows). The variable reaches the raylet and the workers; Ray read it into ``ray_constants``
+      when this process imported it, hence the patch of that module's copy too.
+    * ``RAY_ADDRESS`` removed, so that nothing in the instance attaches elsewhere.
+    """
+    import ray._private.ray_constants as ray_constants  # noqa: PLC0415 - Ray is optional (the ray extra)
+    from ray._raylet import Config  # noqa: PLC0415 - Ray is optional (the ray extra)
+
+    saved_env = {name: os.environ.get(name) for name in ("RAY_AUTH_MODE", "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER",
+                                                          "RAY_ADDRESS")}
+    saved_flag = ray_constants.ENABLE_RAY_CLUSTER
+    os.environ["RAY_AUTH_MODE"] = "token"
+    os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
+    os.environ.pop("RAY_ADDRESS", None)
+    # Ray starts its workers at nice 15 by default; training runs at the priority the command has.
+    os.environ.setdefault("RAY_worker_niceness", "0")
+    ray_constants.ENABLE_RAY_CLUSTER = False
+    Config.initialize("")  # this process's copy of Ray's settings: it read RAY_AUTH_MODE at import
+    try:
+        yield
+    finally:
+        ray_constants.ENABLE_RAY_CLUSTER = saved_flag
+        for name, value in saved_env.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+        Config.initialize("")
+
+
+def _start_local(ray: Any, spec: EngineSpec, elsewhere: str | None) -> str:
+    """Start the command's own instance (``address="local"``: Ray looks at no other head, marker file
+    or ``$RAY_ADDRESS``), check that it is protected and that a run fits on it; its line."""
+    workers = spec.workers or max(1, int((os.cpu_count() or 1) // spec.cpus_per_run))
+    ray.init(address=LOCAL, num_cpus=max(1, round(workers * spec.cpus_per_run)), include_dashboard=False,
+             _node_ip_address=LOOPBACK, logging_level=logging.WARNING)
+    address = ray.get_runtime_context().gcs_address
+    _check_protected(address)
+    sizes = _sizes(check_resources(ray, spec, f"the local Ray instance at {address}"))
+    note = f"; $RAY_ADDRESS ({elsewhere}) is not used: --address {elsewhere} attaches to it" if elsewhere else ""
+    return (f"Ray: a local instance of this command's own at {address} ({sizes}; loopback only, token "
+            f"authentication), stopped when it ends{note}")
+
+
+def _check_protected(address: str) -> None:
+    """Refuse to run on a local instance that others could use: token authentication off (Ray's own
+    record of the mode) or a node address that is not loopback."""
+    try:
+        from ray._raylet import AuthenticationMode, get_authentication_mode  # noqa: PLC0415 - Ray is optional
+    except ImportError:  # a Ray that moved it: the floor (2.59) has it; RAY_AUTH_MODE=token was set above
+        token = True
+    else:
+        token = get_authentication_mode() == AuthenticationMode.TOKEN
+    host = address.rpartition(":")[0]
+    if not token or host != LOOPBACK:
+        raise ConfigError(f"the local Ray instance at {address} is not protected (token authentication "
+                          f"{'on' if token else 'off'}, node address {host}): refusing to run on it")
+
+
+def _attach(ray: Any, spec: EngineSpec, address: str) -> str:
+    """Attach to the cluster at ``address`` after a bounded check that something answers there; its line."""
+    if address.startswith("ray://") and importlib.util.find_spec("grpc") is None:
+        raise ConfigError(f"--address {address} uses Ray's client, which is not installed here: "
+                          "pip install 'ray[client]' (or 'recurbench[ray]', which includes it)")
+    check_reachable(address)
+    try:
+        ray.init(address=address, logging_level=logging.WARNING)
+    except ray.exceptions.AuthenticationError:
+        raise ConfigError(f"the Ray cluster at {address} (--address) requires its token: set RAY_AUTH_MODE=token "
+                          "and give the token in ~/.ray/auth_token, RAY_AUTH_TOKEN_PATH or RAY_AUTH_TOKEN "
+                          "(Ray's token authentication)") from None
+    except (ConnectionError, RuntimeError, ValueError, ray.exceptions.RayError) as exc:
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        raise ConfigError(f"cannot attach to the Ray cluster at {address} (--address): {first}") from None
+    where = f"the Ray cluster at {address}"
+    return f"Ray: attached to {where} (--address: {_sizes(check_resources(ray, spec, where))}); it is left running"
+
+
+def check_reachable(address: str, timeout: float = CONNECT_TIMEOUT_S) -> None:
+    """Refuse, within ``timeout``, an ``--address`` where nothing accepts a connection: Ray itself
+    retries such an address for minutes, naming the machine's own address for a loopback one."""
+    host, sep, port = address.removeprefix("ray://").rstrip("/").rpartition(":")
+    if not sep or not host or not port.isdigit():
+        raise ConfigError(f"--address {address!r}: expected HOST:PORT (a Ray head's GCS) or ray://HOST:PORT "
+                          "(Ray's client server)")
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=timeout).close()
+    except OSError as exc:
+        reason = f"no answer within {timeout:g} s" if isinstance(exc, TimeoutError) else (exc.strerror or str(exc))
+        raise ConfigError(f"no Ray cluster answers at {address} (--address): {reason}") from None
+
+
+def check_resources(ray: Any, spec: EngineSpec, where: str) -> list[dict[str, float]]:
+    """The alive nodes' resources, once at least one of them can hold a run (``--cpus-per-run`` CPUs and
+    ``--gpus-per-run`` GPUs): otherwise each task would wait forever, so the command is refused. On an
+    autoscaling cluster, a node of that size must be up when the command starts."""
+    nodes = [dict(node.get("Resources", {})) for node in ray.nodes() if node.get("Alive")]
+    need = {"CPU": spec.cpus_per_run, "GPU": spec.gpus_per_run}
+    if any(all(node.get(name, 0.0) >= amount for name, amount in need.items() if amount > 0) for node in nodes):
+        return nodes
+    most_gpus = max((node.get("GPU", 0.0) for node in nodes), default=0.0)
+    flag = (f"--gpus-per-run {spec.gpus_per_run:g}" if spec.gpus_per_run > most_gpus
+            else f"--cpus-per-run {spec.cpus_per_run:g}")
+    have = "; ".join(f"{node.get('CPU', 0.0):g} CPU, {node.get('GPU', 0.0):g} GPU" for node in nodes) or "none alive"
+    raise ConfigError(f"{flag}: no node of {where} has {spec.cpus_per_run:g} CPUs and {spec.gpus_per_run:g} GPUs "
+                      f"for one run (its nodes: {have}), so no run could start")
+
+
+def _sizes(nodes: list[dict[str, float]]) -> str:
+    cpus = sum(node.get("CPU", 0.0) for node in nodes)
+    gpus = sum(node.get("GPU", 0.0) for node in nodes)
+    count = f"{len(nodes)} nodes, " if len(nodes) != 1 else ""
+    return f"{count}{cpus:g} CPU, {gpus:g} GPU"
 
 __all__ = [
     "ENGINES", "EngineSpec", "RaySession", "Session", "StoreWriter", "WriterTracker",
-    "check_cluster_store", "import_ray", "is_local_store", "open_session", "task_device",
+    "check_cluster_store", "check_reachable", "check_resources", "import_ray", "is_local_store", "open_session",
+    "ray_instance", "task_device",
 ]

@@ -103,7 +103,8 @@ WorkersOpt = Annotated[
 ]
 AddressOpt = Annotated[
     str | None,
-    typer.Option("--address", help="Ray: the cluster to attach to (default: $RAY_ADDRESS, else a local instance)."),
+    typer.Option("--address", help="Ray: the cluster to attach to, HOST:PORT or ray://HOST:PORT (default: a local "
+                 "instance of this command's own; $RAY_ADDRESS is not read: --address \"$RAY_ADDRESS\" attaches there)."),
 ]
 CpusPerRunOpt = Annotated[
     float, typer.Option("--cpus-per-run", help="Ray: CPUs each run reserves; torch's thread count in it follows.")
