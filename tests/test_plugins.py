@@ -169,3 +169,46 @@ def test_a_quick_path_that_cannot_be_imported_is_one_line(fresh_registries):
                                "failed: ModuleNotFoundError: No module named 'recurbench_no_such_module'")
     with pytest.raises(ConfigError, match=r"^forecaster 'recurbench.plugins:GROUPS': .* is neither an nn.Module"):
         ARCHITECTURES["recurbench.plugins:GROUPS"]
+
+
+TOY_SUITE = '''
+from pathlib import Path
+
+from recurbench.config import StrictModel
+from recurbench.suites.base import RunPlan, SuiteDefinition
+
+
+class CountingProfile(StrictModel):
+    models: list[str]
+
+
+class CountingSuite(SuiteDefinition):
+    """A suite from a plugin: each model scores its name's length."""
+
+    name = "counting"
+    profile_model = CountingProfile
+    headline_metrics = ("score",)
+
+    def suite_path(self):
+        return Path(__file__).with_name("counting.yaml")
+
+    def plan(self, profile, selection, *, data_dir):
+        return [RunPlan(f"{m}-s0", 0, {"model": m}, {"model": m}, payload=m) for m in profile.models]
+
+    def execute(self, plan, run, progress, *, data_dir, device):
+        run.log_metrics({"score": float(len(plan.payload))})
+        return {"score": float(len(plan.payload))}
+'''
+
+
+def test_a_whole_suite_from_a_plugin_is_listed_and_runs(tmp_path, monkeypatch, fresh_registries):
+    (tmp_path / "recurbench_counting.py").write_text(TOY_SUITE)
+    (tmp_path / "counting.yaml").write_text("suite: counting\ndescription: counts\nprofiles:\n"
+                                            "  quick: {models: [ab, abc]}\n")
+    _dist_info(tmp_path, "recurbench-counting", "[recurbench.suites]\ncounting = recurbench_counting:CountingSuite\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    suites = json.loads(runner.invoke(app, ["list", "suites", "--json"]).output)
+    assert suites["counting"] == {"description": "counts", "profiles": ["quick"], "package": "recurbench-counting"}
+    result = runner.invoke(app, ["run", "counting", "--tracking-uri", f"sqlite:///{tmp_path / 'mlflow.db'}"])
+    assert result.exit_code == 0, result.output
+    assert "abc-s0" in result.output and "3.0000" in result.output
