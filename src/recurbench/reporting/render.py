@@ -13,10 +13,10 @@ from typing import Any
 
 import pandas as pd
 from rich.markup import escape
-from rich.table import Table
 
 from recurbench.errors import ConfigError
 from recurbench.reporting.compare import Comparison
+from recurbench.tables import FittedTable
 
 FORMATS = ("table", "markdown", "csv", "latex")
 MISSING = "—"
@@ -88,6 +88,7 @@ def text_tables(comp: Comparison, *, sep: str = "; ") -> list[TextTable]:
                 if not sub.empty:
                     wide[f"{metric} IQM [95% CI]"] = sub
         tables.append(TextTable(f"{label}: mean over seeds{caveat}", wide.reset_index()))
+    tables += [TextTable(f"{title}{caveat}", frame) for title, frame in comp.tables]
     if comp.wins is not None:
         rows = []
         for w in comp.wins.to_dict("records"):
@@ -139,12 +140,9 @@ def rich_tables(comp: Comparison) -> list[Any]:
     """rich renderables for the terminal (multi-line cells; values are escaped, never read as markup)."""
     out: list[Any] = []
     for t in text_tables(comp, sep="\n"):
-        table = Table(title=escape(t.title), show_lines=True)
-        for column in t.frame.columns:
-            table.add_column(escape(str(column)))
-        for row in t.frame.itertuples(index=False):
-            table.add_row(*(MISSING if _missing(v) else escape(str(v)) for v in row))
-        out.append(table)
+        # Fitted to the terminal (recurbench.tables): cells wrap at spaces, no name or number is cut.
+        rows = [[MISSING if _missing(v) else str(v) for v in row] for row in t.frame.itertuples(index=False)]
+        out.append(FittedTable(t.title, [str(c) for c in t.frame.columns], rows, show_lines=True))
     out += [f"[dim]{escape(n)}[/dim]" for n in comp.notes]
     return out
 

@@ -30,7 +30,8 @@ import hashlib
 import math
 import time
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -39,7 +40,7 @@ import optuna
 from optuna.storages import RDBStorage, RetryFailedTrialCallback
 from optuna.storages.journal import JournalFileBackend, JournalStorage
 from optuna.study import MaxTrialsCallback
-from optuna.trial import TrialState
+from optuna.trial import FrozenTrial, TrialState
 
 from recurbench.engine import EngineSpec, open_session, task_device
 from recurbench.errors import ConfigError
@@ -54,9 +55,16 @@ from recurbench.tracking import (
     standard_tags,
 )
 
-# Heartbeats, the retry callback, grouped TPE and the figures are all "experimental" in Optuna: one
-# warning per use would bury the one line per trial that `tune` prints.
-warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
+
+@contextmanager
+def _experimental_api() -> Iterator[None]:
+    """Heartbeats, the retry callback, grouped TPE, ``fail_stale_trials`` and the matplotlib figures
+    are all "experimental" in Optuna, which warns at each use: we rely on them knowingly (the module
+    docstring), and one warning per use would bury the one line per trial that `tune` prints. Only
+    Optuna's ExperimentalWarning is silenced, only around these calls (not for the process)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        yield
 
 DEFAULT_STORAGE = "sqlite:///results/optuna.db"
 PARENT_RUN_ATTR = "mlflow_parent_run_id"
@@ -126,14 +134,20 @@ def is_journal(url: str | None) -> bool:
     return url is not None and (url.startswith("journal:") or url.endswith(".log"))
 
 
-def _retry_kwargs(max_retry: int) -> dict[str, Any]:
-    # Optuna >= 4.9 renamed the callback and its argument; older releases only know the first name.
+def _retry_callback(max_retry: int) -> tuple[str, Callable[[optuna.Study, FrozenTrial], None]]:
+    """Optuna's callback that enqueues a stale trial's parameters again, with the storage argument
+    that takes it. Optuna 4.9 renamed both (``RetryFailedTrialCallback`` warns that it goes in 6.0);
+    older releases only know the first names."""
     try:
         from optuna.storages import RetryHeartbeatStaleTrialCallback  # noqa: PLC0415 - Optuna >= 4.9 only
-
-        return {"heartbeat_stale_trial_callback": RetryHeartbeatStaleTrialCallback(max_retry=max_retry)}
     except ImportError:
-        return {"failed_trial_callback": RetryFailedTrialCallback(max_retry=max_retry)}
+        return "failed_trial_callback", RetryFailedTrialCallback(max_retry=max_retry)
+    return "heartbeat_stale_trial_callback", RetryHeartbeatStaleTrialCallback(max_retry=max_retry)
+
+
+def _retry_kwargs(max_retry: int) -> dict[str, Any]:
+    name, callback = _retry_callback(max_retry)
+    return {name: callback}
 
 
 def make_storage(
@@ -156,8 +170,9 @@ def make_storage(
         database.parent.mkdir(parents=True, exist_ok=True)  # sqlite would not create its folder
     engine_kwargs = {"connect_args": {"timeout": 60}} if url.startswith("sqlite") else {}
     try:
-        return RDBStorage(url, engine_kwargs=engine_kwargs, heartbeat_interval=heartbeat_interval,
-                          grace_period=grace_period, **_retry_kwargs(max_retry))
+        with _experimental_api():
+            return RDBStorage(url, engine_kwargs=engine_kwargs, heartbeat_interval=heartbeat_interval,
+                              grace_period=grace_period, **_retry_kwargs(max_retry))
     except Exception as exc:  # a bad URL, a driver that is not installed, a server that is down
         first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
         raise ConfigError(f"cannot open Optuna storage {url!r}: {first}") from None
@@ -169,11 +184,9 @@ def load_study(spec: StudySpec, direction: str, worker: int = 0) -> optuna.Study
     storage = make_storage(spec.storage, spec.max_retry, spec.heartbeat_interval, spec.grace_period)
     study = optuna.create_study(study_name=spec.study_name, storage=storage, direction=direction, load_if_exists=True)
     held = len(study.get_trials(deepcopy=False))
-    return optuna.load_study(
-        study_name=spec.study_name, storage=storage,
-        sampler=optuna.samplers.TPESampler(seed=spec.seed + 1000 * worker + 7919 * held, multivariate=True, group=True),
-        pruner=PRUNERS[spec.pruner](),
-    )
+    with _experimental_api():
+        sampler = optuna.samplers.TPESampler(seed=spec.seed + 1000 * worker + 7919 * held, multivariate=True, group=True)
+    return optuna.load_study(study_name=spec.study_name, storage=storage, sampler=sampler, pruner=PRUNERS[spec.pruner]())
 
 
 def recover_stale_trials(study: optuna.Study, spec: StudySpec, poll_s: float = 1.0) -> list[int]:
@@ -183,7 +196,8 @@ def recover_stale_trials(study: optuna.Study, spec: StudySpec, poll_s: float = 1
     if not stale:
         return []
     if is_journal(spec.storage):
-        retry = RetryFailedTrialCallback(max_retry=spec.max_retry)
+        with _experimental_api():
+            retry = _retry_callback(spec.max_retry)[1]
         for number in stale:
             study.tell(number, state=TrialState.FAIL)
             retry(study, study.get_trials(deepcopy=False)[number])
@@ -191,7 +205,8 @@ def recover_stale_trials(study: optuna.Study, spec: StudySpec, poll_s: float = 1
     # A database storage: wait for the heartbeats of the stale trials to age past the grace period.
     deadline = time.monotonic() + spec.grace_period + 2 * spec.heartbeat_interval + 60
     while study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
-        optuna.storages.fail_stale_trials(study)
+        with _experimental_api():
+            optuna.storages.fail_stale_trials(study)
         if not study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
             break
         if time.monotonic() > deadline:
@@ -336,7 +351,11 @@ def _log_figures(study: optuna.Study, run: RunHandle) -> None:
     }
     for name, plot in figures.items():
         try:
-            ax = plot(study)
+            with _experimental_api():
+                # Optuna's own remarks on a small study ("too small to compute importances", matplotlib's
+                # "identical low and high ylims" for a parameter tried at one value): the figure says as much.
+                warnings.filterwarnings("ignore", category=UserWarning, module=r"optuna\.(importance|visualization)\.")
+                ax = plot(study)
         except (ValueError, RuntimeError, ZeroDivisionError) as exc:  # e.g. importances need >1 trial
             run.set_tags({f"figure_skipped.{name}": str(exc)[:200]})
             continue
