@@ -1,5 +1,6 @@
 """compare/report for the memory suite, read from an MLflow store that a tiny run of the suite wrote:
-accuracy over seeds beside Table 5's LSTM / RelLSTM cells, the gradient, kappa and loss figures."""
+accuracy over seeds beside Table 5's cells, Table 5's layout with each cell's budget, the gradient, kappa
+and loss figures."""
 
 from __future__ import annotations
 
@@ -7,22 +8,26 @@ import pytest
 import torch
 import yaml
 
+from recurbench.memory.figures import gradient_figure
 from recurbench.reporting.by_suite import compare, write_report
 from recurbench.reporting.compare import cell_values
+from recurbench.reporting.memory import CORE_ORDER, CORE_STYLES, _label
 from recurbench.reporting.render import render
-from recurbench.suites import registry, runner
-from recurbench.suites.memory import MemorySuite
+from recurbench.suites import runner
+from recurbench.suites.memory import budget_text
 from recurbench.tracking import MlflowTracker, experiment_name
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 TINY = {
     "tasks": ["copy"],
     "lengths": [100],
-    "models": ["lstm", "rellstm"],
+    "models": ["lstm", "rnn", "rellstm"],
     "seeds": 2,
     "task": {"copy_length": 2, "labels": 4},
     "model": {"hidden_size": 8, "attention_size": 4, "nu": 1, "rho": 1},
-    "training": {"updates": 6, "batch_size": 4, "learning_rate": 0.01, "log_every": 3, "eval_batches": 1},
+    # A threshold some runs reach within 6 updates and some do not: both kinds of budget.
+    "training": {"updates": 6, "batch_size": 4, "learning_rate": 0.01, "log_every": 3, "eval_batches": 1,
+                 "eval_every": 2, "solve_threshold": 0.3},
     "kappa_sweeps": [{"task": "copy", "T": 100, "nu": 1, "kappas": [2, 4]}],  # kappa 2 is the grid's run
 }
 
@@ -34,21 +39,20 @@ def store(tmp_path_factory):
     config = root / "memory.yaml"
     config.write_text(yaml.safe_dump({"suite": "memory", "profiles": {"tiny": TINY}}))
     torch.set_num_threads(1)
-    with pytest.MonkeyPatch.context() as m:
-        m.setitem(registry.SUITES, "memory", MemorySuite)
-        tracker = MlflowTracker(uri)
-        tracker.client.create_experiment(experiment_name("memory"), artifact_location=(root / "artifacts").as_uri())
-        result = runner.run_suite("memory", "tiny", tracker, config_path=config)
-        assert not result.failed, [o.error for o in result.failed]
-        yield uri, {(o.plan.tags["T"], o.plan.tags["model"], o.plan.tags["rho"], o.plan.seed): o.metrics
-                    for o in result.outcomes}
+    tracker = MlflowTracker(uri)
+    tracker.client.create_experiment(experiment_name("memory"), artifact_location=(root / "artifacts").as_uri())
+    result = runner.run_suite("memory", "tiny", tracker, config_path=config)
+    assert not result.failed, [o.error for o in result.failed]
+    return uri, {(o.plan.tags["T"], o.plan.tags["model"], o.plan.tags["rho"], o.plan.seed): o.metrics
+                 for o in result.outcomes}
 
 
 def test_compare_sets_accuracy_beside_table5(store):
     uri, metrics = store
     comp = compare("memory", tracking_uri=uri)
     rows = comp.cells[comp.cells["metric"] == "accuracy"][["T", "model", "nu", "rho"]].values.tolist()
-    assert rows == [[100, "lstm", "-", "-"], [100, "rellstm", "1", "1"], [100, "rellstm", "1", "3"]]
+    assert rows == [[100, "lstm", "-", "-"], [100, "rnn", "-", "-"], [100, "rellstm", "1", "1"],
+                    [100, "rellstm", "1", "3"]]
     acc = cell_values(comp, "accuracy")
     lstm = acc.loc[("copy", 100, "lstm", "-", "-")]
     assert lstm["n"] == 2 and lstm["mean"] == pytest.approx((metrics[("100", "lstm", "-", 0)]["accuracy"]
@@ -70,3 +74,48 @@ def test_report_draws_gradients_kappa_and_loss(store, tmp_path):
     for fig in report.figures:
         assert fig.path.read_bytes().startswith(PNG_MAGIC)
     assert "| copy | 100 | lstm |" in report.path.read_text()
+
+
+def test_compare_lays_out_table5_with_each_cells_budget(store):
+    uri, metrics = store
+    comp = compare("memory", tracking_uri=uri)
+    ((title, table),) = comp.tables
+    assert title.startswith("copy: held-out accuracy per model and T") and "Table 5" in title
+    # All seven columns of Table 5, in its order and named as there, whether run or not.
+    assert list(table.columns) == ["T", "LSTM", "orth-RNN (rnn)", "expRNN", "MemRNN", "SAB", "RelRNN", "RelLSTM"]
+    row = table.iloc[0]
+    assert row["T"] == 100 and row["expRNN"] == "—\npaper 1.00"  # not run: the paper's cell alone
+    for column, core, rho in (("LSTM", "lstm", "-"), ("orth-RNN (rnn)", "rnn", "-"), ("RelLSTM", "rellstm", "1")):
+        seeds = [metrics[("100", core, rho, s)] for s in (0, 1)]
+        accuracy, budget, paper = row[column].split("\n")
+        assert accuracy.startswith(f"{sum(m['accuracy'] for m in seeds) / 2:.3f} ± ") and accuracy.endswith("(n=2)")
+        assert budget == budget_text(seeds) and paper == "paper 1.00"
+    # The runs end solved (at 2, 4 or 6) or at the cap (6), and the cell says which.
+    budgets = {budget_text([m]) for m in metrics.values()}
+    assert budgets <= {"solved at 4", "solved at 6", "6 updates"} and budgets
+    # RelLSTM ran at two rho at T = 100 (the kappa sweep): the note names the one shown.
+    assert any("rellstm at T = 100: nu=1, rho=1" in note for note in comp.notes)
+    text = render(comp, "markdown")
+    assert "| T | LSTM | orth-RNN (rnn) |" in text and "<br>paper 1.00" in text
+    # Without the paper: the columns we ran, no paper line.
+    ((_, ours),) = compare("memory", tracking_uri=uri, reference="none").tables
+    assert list(ours.columns) == ["T", "LSTM", "orth-RNN (rnn)", "RelLSTM"]
+    assert "paper" not in " ".join(ours.iloc[0].astype(str))
+
+
+def test_gradient_figure_keeps_eight_cores_apart():
+    # App. C's diagnostic at T = 500 with Table 5's seven models and MemLSTM: a line per core, each its
+    # own colour and line style, one legend below the panels (eight entries would cover a panel's curves).
+    labels = [_label({"model": core, "nu": "10", "rho": "10"}) for core in CORE_ORDER]
+    assert labels[1] == "rnn (orth-RNN)" and labels[5] == "relrnn (ν=10, ρ=10)" and labels[0] == "lstm"
+    curves = {label: [10.0 ** -(k + t / 100) for t in range(520)] for k, label in enumerate(labels)}
+    fig = gradient_figure([("copy, T = 500", curves, 510)], "after training", CORE_STYLES)
+    (ax,) = fig.axes
+    lines = ax.get_lines()
+    assert [line.get_label() for line in lines] == labels
+    assert len({(line.get_color(), line.get_linestyle()) for line in lines}) == len(labels)
+    assert ax.get_legend() is None and len(fig.legends) == 1
+    assert [t.get_text() for t in fig.legends[0].get_texts()] == labels
+    # Two curves (a run's own figure): the legend stays in the panel.
+    fig = gradient_figure([("copy, T = 500", {"at initialisation": [1.0, 0.5], "after training": [1.0, 0.1]}, 1)], "one run")
+    assert fig.axes[0].get_legend() is not None and not fig.legends

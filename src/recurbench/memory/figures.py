@@ -4,24 +4,52 @@ run (logged with it) and by ``recurbench report memory``."""
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
+from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
 from recurbench.plots import panel_grid
 
+INLINE_LEGEND = 4
+"""At most this many curves: a legend in each panel; more (Table 5's seven models): one below the panels."""
+
+
+def styled_lines(ax: Axes, curves: Mapping[str, Any], styles: Mapping[str, Mapping[str, Any]] | None) -> None:
+    """A line per ``{label: (x, y)}``, styled by the label's first word in ``styles`` (colour, line
+    style), else the colour cycle."""
+    for i, (label, (x, y)) in enumerate(curves.items()):
+        style = {"color": f"C{i}", **(styles or {}).get(label.split(" ")[0], {})}
+        ax.plot(x, y, label=label, linewidth=1.2, **style)
+
+
+def place_legends(fig: Figure, axes: Sequence[Axes]) -> None:
+    """A legend per panel for a few curves; for more, one legend of every label below the panels."""
+    entries: dict[str, Any] = {}
+    for ax in axes:
+        for handle, label in zip(*ax.get_legend_handles_labels(), strict=True):
+            entries.setdefault(label, handle)
+    if len(entries) <= INLINE_LEGEND:
+        for ax in axes:
+            ax.legend(fontsize=7)
+        return
+    fig.legend(list(entries.values()), list(entries), loc="outside lower center", ncols=min(4, len(entries)),
+               fontsize=8, frameon=False)
+
 
 def gradient_figure(panels: Sequence[tuple[str, Mapping[str, Sequence[float]], int | None]], title: str,
-                    colours: Mapping[str, str] | None = None) -> Figure:
+                    styles: Mapping[str, Mapping[str, Any]] | None = None) -> Figure:
     """``||dL/dh_t||`` against t on a log scale: a panel per ``(title, {label: norms}, scored_from)``,
-    a curve per label; the scored steps (``t >= scored_from``) shaded. A norm of 0 is left out."""
+    a curve per label (styled by its first word in ``styles``: ``{"rnn": {"color": "C1", "linestyle":
+    "--"}}``); the scored steps (``t >= scored_from``) shaded. A norm of 0 is left out."""
     fig, axes = panel_grid(len(panels), width=4.8, height=3.3, max_cols=3)
     for ax, (name, curves, scored_from) in zip(axes, panels, strict=True):
-        for i, (label, norms) in enumerate(curves.items()):
+        lines = {}
+        for label, norms in curves.items():
             values = np.asarray(norms, dtype=float)
-            values = np.where(values > 0, values, np.nan)
-            ax.plot(np.arange(values.size), values, label=label, linewidth=1.2,
-                    color=(colours or {}).get(label.split(" ")[0], f"C{i}"))
+            lines[label] = (np.arange(values.size), np.where(values > 0, values, np.nan))
+        styled_lines(ax, lines, styles)
         if scored_from is not None:
             ax.axvspan(scored_from - 0.5, ax.get_xlim()[1], color="0.9", zorder=0)
         ax.set_yscale("log")
@@ -29,6 +57,6 @@ def gradient_figure(panels: Sequence[tuple[str, Mapping[str, Sequence[float]], i
         ax.set_xlabel("t (shaded: scored steps)")
         ax.set_ylabel("||dL2/dh_t||")
         ax.grid(alpha=0.3, which="both")
-        ax.legend(fontsize=7)
+    place_legends(fig, axes)
     fig.suptitle(title, fontsize=10)
     return fig

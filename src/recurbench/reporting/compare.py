@@ -65,8 +65,10 @@ LAYOUTS: dict[str, SuiteLayout] = {
         ("language", "model"),
         {"bin0_acc": "bin0_last", "bin1_acc": "bin1_last", "bin0_acc_best": "bin0_best", "bin1_acc_best": "bin1_best"},
     ),
-    "memory": SuiteLayout(  # held-out and training-batch accuracy (recurbench.reporting.memory)
-        ("task", "T", "model", "nu", "rho"), {"accuracy": "accuracy", "train_accuracy": "train_accuracy"}, ("T",)
+    "memory": SuiteLayout(  # held-out and training-batch accuracy, the updates run (recurbench.reporting.memory)
+        ("task", "T", "model", "nu", "rho"),
+        {"accuracy": "accuracy", "train_accuracy": "train_accuracy", "updates": "updates", "solved_at": "solved_at"},
+        ("T",),
     ),
 }
 
@@ -92,6 +94,9 @@ class Comparison:
     aggregate: pd.DataFrame | None = None
     """MiniGrid: per agent, IQM over all env pairs' runs with a stratified bootstrap 95% interval."""
     notes: list[str] = field(default_factory=list)
+    tables: list[tuple[str, pd.DataFrame]] = field(default_factory=list)
+    """A suite's own tables, shown after the main one: a title and a frame of text cells (memory:
+    Table 5's layout)."""
     paper_caveat: str | None = None
     """Why the paper's figures are not comparable with these runs (their profile, the settings that
     differ from the paper profile's); None when the runs are at the paper's settings, or no paper

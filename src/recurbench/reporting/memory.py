@@ -29,29 +29,40 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure as MplFigure
 
-from recurbench.memory.figures import gradient_figure
+from recurbench.memory.figures import gradient_figure, place_legends, styled_lines
 from recurbench.plots import panel_grid
 from recurbench.records import RunRecord
-from recurbench.reference import read_table
+from recurbench.reference import KERG_TABLE5_COLUMNS, kerg_table5_reference
 from recurbench.reporting import figures
 from recurbench.reporting.compare import Comparison, _complete_grid
+from recurbench.reporting.render import MISSING, format_cell
 from recurbench.reporting.report import Figure, _save
 from recurbench.reporting.runs import SuiteRuns
+from recurbench.suites.memory import CORE_SETTINGS, budget_text
 
 METRICS = ("accuracy", "train_accuracy")
-CORE_ORDER = ("lstm", "memlstm", "rellstm")
+"""The main table's metrics; ``updates`` and ``solved_at`` make each Table 5 cell's budget."""
+CORE_ORDER = (*KERG_TABLE5_COLUMNS, "memlstm")
 TASK_ORDER = ("copy", "denoise")
-#: recurbench core -> its column in Table 5 (kerg_table5_copy.csv).
-TABLE5_COLUMNS = {"lstm": "LSTM", "rellstm": "RelLSTM"}
-_COLOURS = {core: f"C{i}" for i, core in enumerate(CORE_ORDER)}
+#: A colour and a line style per core, so that the eight stay apart in one panel: the LSTM family
+#: solid, the RNN family dashed, SAB dotted.
+CORE_STYLES: dict[str, dict[str, str]] = {
+    "lstm": {"color": "C0", "linestyle": "-"},
+    "rnn": {"color": "C1", "linestyle": "--"},
+    "exprnn": {"color": "C2", "linestyle": "--"},
+    "memrnn": {"color": "C4", "linestyle": "--"},
+    "sab": {"color": "C5", "linestyle": ":"},
+    "relrnn": {"color": "C3", "linestyle": "--"},
+    "rellstm": {"color": "C3", "linestyle": "-"},
+    "memlstm": {"color": "C4", "linestyle": "-"},
+}
 
 
 def table5_reference() -> pd.DataFrame:
     """Long form: ``task`` (copy), ``T``, ``model``, ``metric`` (each of :data:`METRICS`), ``paper``."""
-    raw = read_table("kerg_table5_copy.csv")
-    rows = [("copy", int(rec["T"]), core, metric, float(rec[column]))
-            for rec in raw.to_dict("records") for core, column in TABLE5_COLUMNS.items() for metric in METRICS]
-    return pd.DataFrame(rows, columns=["task", "T", "model", "metric", "paper"])
+    paper = kerg_table5_reference()
+    return pd.DataFrame([("copy", r.T, r.model, metric, r.paper) for r in paper.itertuples() for metric in METRICS],
+                        columns=["task", "T", "model", "metric", "paper"])
 
 
 def _order(values: Any, order: Sequence[str]) -> dict[str, int]:
@@ -68,8 +79,9 @@ def _number(text: Any) -> float:
 
 
 def memory_complete(comp: Comparison, reference: str, frame: pd.DataFrame | None = None) -> None:
-    """Rows in task, T, core, nu, rho order with both metrics, Table 5's cell beside ours."""
-    cells = comp.cells
+    """Rows in task, T, core, nu, rho order with both metrics, Table 5's cell beside ours; then a
+    table per task in Table 5's layout (:func:`table5_layout`)."""
+    cells = comp.cells[comp.cells["metric"].isin(METRICS)]
     keys = ["task", "T", "model", "nu", "rho"]
     grid = cells[keys].drop_duplicates().merge(pd.DataFrame({"metric": list(METRICS)}), how="cross")
     cells = _complete_grid(cells, grid)
@@ -83,9 +95,60 @@ def memory_complete(comp: Comparison, reference: str, frame: pd.DataFrame | None
                   .drop(columns=["_t", "_m", "_nu", "_rho", "_k"]).reset_index(drop=True))
     comp.notes.append(
         "accuracy: held-out batches after the last update; train_accuracy: training batches, mean over the "
-        "last log window (what the reference code logs). Table 5 gives copy accuracy for the LSTM and the "
-        "RelLSTM (its nu / rho unstated) and says neither whether it is final or best nor how many seeds."
+        "last log window (what the reference code logs). Table 5 gives copy accuracy per model (the nu / rho "
+        "of RelRNN in Table 6, of RelLSTM nowhere) and says neither whether it is final or best nor how many "
+        "seeds; its budget is 200,000 updates (the reference code's)."
     )
+    if frame is not None:
+        for task in _order(frame["task"], TASK_ORDER):
+            table, chosen = table5_layout(frame[frame["task"] == task], with_paper=reference == "paper" and task == "copy")
+            what = "beside Kerg et al.'s Table 5" if reference == "paper" and task == "copy" else "in Table 5's layout"
+            comp.tables.append((f"{task}: held-out accuracy per model and T, with the updates behind it, {what}", table))
+            if chosen:
+                comp.notes.append(f"{task}, Table 5's layout: where a model ran at several nu / rho at one T (a kappa "
+                                  f"sweep), its cell is the setting it ran at the most T: {', '.join(chosen)}")
+
+
+def _cell_text(runs: pd.DataFrame) -> str:
+    """Held-out accuracy over the seeds (``mean ± std (n=k)``) and the updates behind it."""
+    values = runs["accuracy"].dropna()
+    s = pd.Series({"mean": values.mean() if len(values) else math.nan,
+                   "std": values.std() if len(values) > 1 else math.nan, "n": len(values)}, dtype=object)
+    budget = budget_text([{"updates": r.updates, "solved": float(not math.isnan(r.solved_at)), "solved_at": r.solved_at}
+                          for r in runs.itertuples()])
+    return format_cell(s, reference=False, sep="") + ("" if budget == "-" else f"\n{budget}")
+
+
+def table5_layout(frame: pd.DataFrame, *, with_paper: bool) -> tuple[pd.DataFrame, list[str]]:
+    """One task's runs (:func:`recurbench.reporting.compare.runs_frame`, with ``updates`` and
+    ``solved_at``) as Table 5 is laid out: a row per T, a column per model (Table 5's seven first,
+    named as there, every one of them ``with_paper``; then the others). A cell: our held-out accuracy
+    over seeds, ``solved at N`` or the updates run, and the paper's cell. Where a model ran at several
+    nu / rho at one T, the cell is the setting it ran at the most T (then the most runs); the second
+    value names those choices (``relrnn: nu=10, rho=10``)."""
+    frame = frame.assign(_setting=list(zip(frame["nu"].astype(str), frame["rho"].astype(str), strict=True)))
+    paper = {(r.T, r.model): r.paper_text for r in kerg_table5_reference().itertuples()}
+    present = set(frame["model"])
+    models = [m for m in CORE_ORDER if m in present or (with_paper and m in KERG_TABLE5_COLUMNS)]
+    models += sorted(present - set(models))
+    chosen: list[str] = []
+    columns: dict[str, list[str]] = {}
+    lengths = sorted(set(frame["T"]))
+    for model in models:
+        runs = frame[frame["model"] == model]
+        reach = runs.groupby("_setting")["T"].nunique().to_dict()
+        size = runs.groupby("_setting").size().to_dict()
+        name = KERG_TABLE5_COLUMNS.get(model, model)
+        column = []
+        for T in lengths:
+            here = runs[runs["T"] == T]
+            settings = sorted(set(here["_setting"]), key=lambda st: (-reach[st], -size[st], st))
+            if len(settings) > 1:
+                chosen.append(f"{model} at T = {T}: nu={settings[0][0]}, rho={settings[0][1]}")
+            ours = _cell_text(here[here["_setting"] == settings[0]]) if settings else MISSING
+            column.append(ours + (f"\npaper {paper.get((T, model), MISSING)}" if with_paper else ""))
+        columns[name if name.lower() == model else f"{name} ({model})"] = column
+    return pd.DataFrame({"T": lengths, **columns}), chosen
 
 
 # ------------------------------------------------------------------------------------------ figures
@@ -110,10 +173,13 @@ def _geometric_mean(rows: Sequence[Sequence[float]]) -> np.ndarray:
 
 
 def _label(tags: Mapping[str, str]) -> str:
+    """The core first (it picks the line's style), then Table 5's name where it differs (orth-RNN) and
+    a relevancy-screened core's nu and rho."""
     core = tags.get("model", "?")
-    if core == "rellstm":
-        return f"rellstm (ν={tags.get('nu')}, ρ={tags.get('rho')})"
-    return core
+    extra = [name] if (name := KERG_TABLE5_COLUMNS.get(core, core)).lower() != core else []
+    if "nu" in CORE_SETTINGS.get(core, ()):
+        extra.append(f"ν={tags.get('nu')}, ρ={tags.get('rho')}")
+    return f"{core} ({', '.join(extra)})" if extra else core
 
 
 def gradient_panels(records: Sequence[tuple[RunRecord, Mapping[str, Any]]], which: str
@@ -199,16 +265,19 @@ def loss_figure(curves: pd.DataFrame, baselines: Mapping[tuple[str, int], float]
     fig, axes = panel_grid(len(keys), width=4.6, height=3.2, max_cols=3)
     for ax, (task, T) in zip(axes, keys, strict=True):
         here = curves[(curves["task"] == task) & (curves["T"] == T)]
-        for label in sorted(set(here["label"]), key=lambda lab: _order(here["label"].str.split(" ").str[0], CORE_ORDER)[lab.split(" ")[0]]):
+        cores = _order(here["label"].str.split(" ").str[0], CORE_ORDER)
+        lines = {}
+        for label in sorted(set(here["label"]), key=lambda lab: cores[lab.split(" ")[0]]):
             mean = here[here["label"] == label].groupby("step")["value"].mean()
-            ax.plot(mean.index, mean.to_numpy(), label=label, color=_COLOURS.get(label.split(" ")[0]), linewidth=1.2)
+            lines[label] = (mean.index, mean.to_numpy())
+        styled_lines(ax, lines, CORE_STYLES)
         if (task, T) in baselines:
             ax.axhline(baselines[(task, T)], color="0.4", linestyle=":", linewidth=1, label="blanks + guessing")
         ax.set_title(f"{task}, T = {T}")
         ax.set_xlabel("updates")
         ax.set_ylabel("cross-entropy (all steps)")
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=7)
+    place_legends(fig, axes)
     fig.suptitle("Training loss against updates (mean over seeds);\ncf. Kerg et al. App. D Fig. 4")
     return fig
 
@@ -220,7 +289,7 @@ def memory_figures(runs: SuiteRuns, comp: Comparison, fig_dir: Path) -> tuple[li
     for which, when in (("init", "at initialisation"), ("final", "after training")):
         panels = gradient_panels(records, which)
         if panels:
-            fig = gradient_figure(panels, f"||dL2/dh_t|| {when}\n(one fixed batch, geometric mean over seeds)", _COLOURS)
+            fig = gradient_figure(panels, f"||dL2/dh_t|| {when}\n(one fixed batch, geometric mean over seeds)", CORE_STYLES)
             built.append(_save(fig, fig_dir, f"memory_gradients_{which}", f"Gradient propagation {when}",
                                f"Norm of the gradient of the scored steps' loss with respect to each hidden state "
                                f"h_t, {when}, a curve per core; the shaded steps are scored. Cf. Kerg et al. App. C Fig. 3."))
