@@ -537,6 +537,7 @@ def prepare_store(uri: str) -> None:
     """Create an embedded store that does not exist yet, under its lock (:func:`store_lock`): a new
     sqlite store is built (MLflow's schema and migrations) in a file beside it and moved into place,
     so a crash in the middle leaves no half-created store, and a process that waited finds it made."""
+    import sqlalchemy  # noqa: PLC0415 - with MLflow: 1.5 s to import, the CLI's store checks and --help do without
     from mlflow.store.tracking.sqlalchemy_store import SqlAlchemyStore  # noqa: PLC0415 - MLflow: 1.5 s to import, the CLI's store checks and --help do without
 
     db = sqlite_file(uri)
@@ -554,10 +555,28 @@ def prepare_store(uri: str) -> None:
         aside = db.with_name(f".{db.name}.creating")
         aside.unlink(missing_ok=True)  # a creation that crashed
         aside_uri = f"sqlite:///{aside.absolute()}"
-        store = SqlAlchemyStore(aside_uri, (db.parent / "mlartifacts").absolute().as_uri())
-        store.engine.dispose()
-        getattr(SqlAlchemyStore, "_engine_map", {}).pop(aside_uri, None)
+        # The file aside is thrown away if anything fails, so its ~200 migration steps need no fsync
+        # each (8.7 s -> ~3 s on a loaded 2-core machine); the finished file is synced once, then moved.
+        sqlalchemy.event.listen(sqlalchemy.engine.Engine, "connect", _unsynced)
+        try:
+            store = SqlAlchemyStore(aside_uri, (db.parent / "mlartifacts").absolute().as_uri())
+            store.engine.dispose()
+        finally:
+            sqlalchemy.event.remove(sqlalchemy.engine.Engine, "connect", _unsynced)
+            getattr(SqlAlchemyStore, "_engine_map", {}).pop(aside_uri, None)
+        with open(aside, "rb+") as f:
+            os.fsync(f.fileno())
         os.replace(aside, db)
+        folder = os.open(db.parent, os.O_RDONLY)
+        try:
+            os.fsync(folder)
+        finally:
+            os.close(folder)
+
+
+def _unsynced(connection: Any, _record: Any) -> None:
+    connection.execute("PRAGMA synchronous = OFF")
+    connection.execute("PRAGMA journal_mode = MEMORY")
 
 
 SERVER_RETRIES = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "3", "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1",

@@ -259,11 +259,13 @@ def _claimed(
     opened), only a FINISHED run or a RUNNING one earlier than ``mine`` counts."""
     experiment = experiment_name(name)
     tags = {"suite": name, "profile": profile, PLAN_TAG: plan_key(name, profile, plan)}
+    # RUNNING first: a run that ends between the two reads is then seen FINISHED by the second (read
+    # the other way round, it would be in neither).
+    running = [r for r in tracker.stored_runs(experiment, tags, "RUNNING") if r.parent_id != parent_id]
     for run in tracker.stored_runs(experiment, tags, "FINISHED"):
         if all(k in run.metrics for k in definition.headline_metrics):
             return RunOutcome(plan, "FINISHED", metrics={k: run.metrics[k] for k in definition.headline_metrics},
                               run_id=run.run_id, seconds=run.metrics.get("wall_time_s", 0.0), reused=True)
-    running = [r for r in tracker.stored_runs(experiment, tags, "RUNNING") if r.parent_id != parent_id]
     gone = [r for r in running if owner_gone(r.tags)]
     if gone:
         stale.extend(_end_stale(tracker, gone))
