@@ -536,8 +536,8 @@ def check_resources(ray: Any, spec: EngineSpec, where: str) -> list[dict[str, fl
     flag = (f"--gpus-per-run {spec.gpus_per_run:g}" if spec.gpus_per_run > most_gpus
             else f"--cpus-per-run {spec.cpus_per_run:g}")
     have = "; ".join(f"{node.get('CPU', 0.0):g} CPU, {node.get('GPU', 0.0):g} GPU" for node in nodes) or "none alive"
-    raise ConfigError(f"{flag}: no node of {where} has {spec.cpus_per_run:g} CPUs and {spec.gpus_per_run:g} GPUs "
-                      f"for one run (its nodes: {have}), so no run could start")
+    raise ConfigError(f"{flag}: no node of {where} can hold one run ({spec.cpus_per_run:g} CPU, "
+                      f"{spec.gpus_per_run:g} GPU; its nodes: {have}), so no run could start")
 
 
 def _sizes(nodes: list[dict[str, float]]) -> str:

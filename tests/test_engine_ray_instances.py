@@ -1,0 +1,283 @@
+"""Which Ray instance ``--engine ray`` uses (issues 48 and 45): its own local one, whatever other heads,
+marker files or ``$RAY_ADDRESS`` the machine has, on loopback with token authentication; a cluster only
+when ``--address`` names it; requests that cannot be met refused in one line before any task waits.
+
+Another head runs beside the tests, started with ``ray start --head`` on loopback in a folder of its own
+(``$RAY_TMPDIR``: Ray's marker file and sessions live there, out of the way of any other Ray on the
+machine), and is stopped by its process ids at the end (``ray stop`` would stop every Ray of the user).
+Nothing waits on a clock for correctness; deadlines only bound a hang."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+ray = pytest.importorskip("ray")
+
+from recurbench.engine import EngineSpec, open_session, ray_instance  # noqa: E402
+from recurbench.errors import ConfigError  # noqa: E402
+from recurbench.tracking import MlflowTracker  # noqa: E402
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _answers(address: str) -> bool:
+    host, _, port = address.removeprefix("ray://").rpartition(":")
+    try:
+        socket.create_connection((host, int(port)), timeout=5).close()
+    except OSError:
+        return False
+    return True
+
+
+def _process_tree(marker: str) -> set[int]:
+    """The processes whose command line names ``marker`` (the head's folder), and their descendants."""
+    parents: dict[int, int] = {}
+    roots: set[int] = set()
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            parents[int(entry.name)] = int((entry / "stat").read_text().rpartition(")")[2].split()[1])
+            if marker in (entry / "cmdline").read_bytes().decode(errors="replace"):
+                roots.add(int(entry.name))
+        except (OSError, ValueError, IndexError):
+            continue
+    tree, grew = set(roots), True
+    while grew:
+        children = {pid for pid, parent in parents.items() if parent in tree} - tree
+        tree |= children
+        grew = bool(children)
+    return tree
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+@dataclass(frozen=True)
+class Head:
+    folder: str
+    """Its ``$RAY_TMPDIR``: Ray's marker file ``ray/ray_current_cluster`` points at it."""
+    address: str
+    client_address: str
+    pids: frozenset[int]
+
+    @property
+    def marker(self) -> Path:
+        return Path(self.folder, "ray", "ray_current_cluster")
+
+    def untouched(self) -> bool:
+        return all(_alive(pid) for pid in self.pids) and _answers(self.address) and \
+            self.marker.read_text().strip() == self.address
+
+
+def _short_folder(prefix: str) -> str:
+    """A folder for Ray's sessions with a short path: its socket paths must fit in 107 bytes."""
+    return tempfile.mkdtemp(prefix=prefix, dir="/tmp")
+
+
+@pytest.fixture(scope="module")
+def other_head():
+    """A head as a Ray user keeps one (``ray start --head``), on loopback, with Ray's client server."""
+    folder = _short_folder("rbhead-")
+    port, client_port = _free_port(), _free_port()
+    env = dict(os.environ, RAY_TMPDIR=folder, RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER="0", RAY_AUTH_MODE="disabled")
+    env.pop("RAY_ADDRESS", None)
+    started = subprocess.run(
+        [str(Path(sys.executable).with_name("ray")), "start", "--head", "--node-ip-address=127.0.0.1",
+         f"--port={port}", f"--ray-client-server-port={client_port}", "--num-cpus=1", "--num-gpus=0",
+         "--include-dashboard=false", "--disable-usage-stats"],
+        env=env, capture_output=True, text=True, timeout=300,
+    )
+    pids = _process_tree(folder)
+    head = Head(folder, f"127.0.0.1:{port}", f"ray://127.0.0.1:{client_port}", frozenset(pids))
+    try:
+        if started.returncode != 0:
+            pytest.fail(f"ray start --head failed ({started.returncode}): {started.stderr[-2000:]}")
+        deadline = time.monotonic() + 120  # bounds a hang only: the client server starts after the head
+        while not (_answers(head.address) and _answers(head.client_address)):
+            if time.monotonic() > deadline:
+                pytest.fail("the other head did not answer")
+            time.sleep(0.2)
+        yield head
+    finally:
+        for pid in _process_tree(folder) | pids:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+@pytest.fixture
+def loopback_driver(monkeypatch):
+    """This process as a driver on loopback, like the other head: Ray would otherwise rewrite the
+    address 127.0.0.1 to the machine's network address, where a loopback head does not listen (Ray does
+    this on macOS and Windows by default)."""
+    import ray._private.ray_constants as ray_constants
+
+    monkeypatch.setattr(ray_constants, "ENABLE_RAY_CLUSTER", False)
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+
+
+def where_am_i() -> dict[str, str]:
+    """Run as a task: the instance it ran on, and the token authentication it was started with."""
+    from ray._raylet import get_authentication_mode  # noqa: PLC0415 - inside a Ray task
+
+    return {"gcs": ray.get_runtime_context().gcs_address, "auth": str(get_authentication_mode())}
+
+
+@pytest.fixture(autouse=True)
+def _by_value():
+    ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])  # the workers cannot import tests
+
+
+def _run_one(tmp_path, spec: EngineSpec) -> dict[str, str]:
+    done: list[dict[str, str]] = []
+    with open_session(spec, MlflowTracker(f"sqlite:///{tmp_path / 'mlflow.db'}")) as session:
+        assert session.kind == "ray"
+        session.map(where_am_i, [()], lambda _, result: done.append(result),
+                    lambda _, reason: pytest.fail(reason))
+    return done[0]
+
+
+@pytest.mark.parametrize("marker", ["live", "stale"])
+def test_a_local_instance_of_its_own_beside_another_head_its_marker_and_ray_address(
+        marker, other_head, tmp_path, monkeypatch, capfd, request):
+    """The issue 48 case: a head (running, or killed and leaving its marker file) and ``$RAY_ADDRESS``.
+    The command starts and stops an instance of its own, says so, and the other head is untouched."""
+    folder = other_head.folder
+    if marker == "stale":  # a marker left by a head that is gone: nothing listens at its address
+        folder = _short_folder("rbstale-")
+        request.addfinalizer(lambda: shutil.rmtree(folder, ignore_errors=True))
+        Path(folder, "ray").mkdir()
+        Path(folder, "ray", "ray_current_cluster").write_text(f"127.0.0.1:{_free_port()}")
+    monkeypatch.setenv("RAY_TMPDIR", folder)
+    monkeypatch.setenv("RAY_ADDRESS", other_head.address)
+    where = _run_one(tmp_path, EngineSpec("ray", workers=1))
+    line = capfd.readouterr().err
+    assert where["gcs"].startswith("127.0.0.1:") and where["gcs"] != other_head.address
+    assert f"Ray: a local instance of this command's own at {where['gcs']}" in line
+    assert f"$RAY_ADDRESS ({other_head.address}) is not used: --address {other_head.address} attaches to it" in line
+    assert not ray.is_initialized()  # stopped with the command
+    assert os.environ["RAY_ADDRESS"] == other_head.address  # the user's environment, as it was
+    assert other_head.untouched()
+
+
+def test_the_local_instance_takes_a_token_and_listens_on_loopback(tmp_path, monkeypatch, capfd):
+    """Authentication through Ray's own API: the driver's and a task's mode, and Ray's GCS client in
+    another process, refused with a wrong token and let in with the one in Ray's token file. The
+    user's ``RAY_AUTH_MODE=disabled`` (for their clusters) does not open the command's own instance."""
+    monkeypatch.setenv("RAY_AUTH_MODE", "disabled")
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    token_file = Path(os.environ.get("RAY_AUTH_TOKEN_PATH") or Path.home() / ".ray" / "auth_token")
+    with open_session(EngineSpec("ray", workers=1), MlflowTracker(f"sqlite:///{tmp_path / 'mlflow.db'}")) as session:
+        from ray._raylet import AuthenticationMode, get_authentication_mode
+
+        assert get_authentication_mode() == AuthenticationMode.TOKEN
+        done: list[dict[str, str]] = []
+        session.map(where_am_i, [()], lambda _, result: done.append(result), lambda _, reason: pytest.fail(reason))
+        gcs = ray.get_runtime_context().gcs_address
+        assert done == [{"gcs": gcs, "auth": str(AuthenticationMode.TOKEN)}]
+        assert gcs.startswith("127.0.0.1:")
+        assert {node["NodeManagerAddress"] for node in ray.nodes()} == {"127.0.0.1"}
+        probe = subprocess.run([sys.executable, "-c", _TOKEN_PROBE, gcs, token_file.read_text().strip()],
+                               env=dict(os.environ, RAY_AUTH_MODE="token", RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER="0"),
+                               capture_output=True, text=True, timeout=120)
+        assert probe.stdout.split() == ["wrong-token:refused", "token-file:accepted"], probe.stderr[-2000:]
+    assert os.environ["RAY_AUTH_MODE"] == "disabled"
+    assert "loopback only, token authentication" in capfd.readouterr().err
+
+
+_TOKEN_PROBE = """
+import os, sys
+from ray._raylet import AuthenticationTokenLoader, GcsClient
+from ray.exceptions import AuthenticationError
+
+def attempt(token):
+    os.environ["RAY_AUTH_TOKEN"] = token
+    AuthenticationTokenLoader.instance().reset_cache()
+    try:
+        GcsClient(address=sys.argv[1]).internal_kv_get(b"probe", None, timeout=30)
+    except AuthenticationError:
+        return "refused"
+    return "accepted"
+
+print("wrong-token:" + attempt("0" * 32))
+print("token-file:" + attempt(sys.argv[2]))
+"""
+
+
+@pytest.mark.parametrize("which", ["gcs", "client"])
+def test_attaching_is_by_address_only_and_leaves_the_cluster_running(which, other_head, loopback_driver, capfd):
+    """``--address HOST:PORT`` and ``--address ray://HOST:PORT`` (Ray's client: in the ray extra)."""
+    address = other_head.address if which == "gcs" else other_head.client_address
+    with ray_instance(ray, EngineSpec("ray", workers=1, address=address)) as line:
+        assert ray.get(ray.remote(where_am_i).remote())["gcs"] == other_head.address
+    assert line == f"Ray: attached to the Ray cluster at {address} (--address: 1 CPU, 0 GPU); it is left running"
+    assert line in capfd.readouterr().err
+    assert not ray.is_initialized()
+    assert other_head.untouched()
+
+
+def test_gpus_that_no_node_has_are_refused_before_any_task(other_head, loopback_driver):
+    """Issue 45: ``--gpus-per-run 1`` without a GPU waited forever. Checked on the command's own
+    instance (stopped again) and on a cluster (left running)."""
+    with pytest.raises(ConfigError, match=r"^--gpus-per-run 64: no node of the local Ray instance at 127\.0\.0\.1:\d+ "
+                                          r"can hold one run \(1 CPU, 64 GPU; its nodes: \d+ CPU, \d+ GPU\), so no run could start$"):
+        with ray_instance(ray, EngineSpec("ray", workers=1, gpus_per_run=64)):
+            pytest.fail("the instance was used")
+    assert not ray.is_initialized()
+    with pytest.raises(ConfigError, match=rf"^--gpus-per-run 1: no node of the Ray cluster at {other_head.address} "
+                                          r"can hold one run \(1 CPU, 1 GPU; its nodes: 1 CPU, 0 GPU\)"):
+        with ray_instance(ray, EngineSpec("ray", workers=1, gpus_per_run=1, address=other_head.address)):
+            pytest.fail("the cluster was used")
+    assert not ray.is_initialized() and other_head.untouched()
+
+
+@pytest.mark.parametrize("scheme", ["", "ray://"])
+def test_an_address_where_nothing_answers_is_refused_naming_it(scheme):
+    """Issue 45: ``--address 127.0.0.1:9`` retried for minutes and named the machine's other address."""
+    address = f"{scheme}127.0.0.1:{_free_port()}"
+    with pytest.raises(ConfigError, match=rf"^no Ray cluster answers at {address} \(--address\): Connection refused$"):
+        with ray_instance(ray, EngineSpec("ray", address=address)):
+            pytest.fail("attached")
+    assert not ray.is_initialized()
+
+
+def test_a_client_address_without_rays_client_names_the_install(monkeypatch):
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "grpc" else real(name, *a))
+    with pytest.raises(ConfigError, match=r"uses Ray's client, which is not installed here: pip install 'ray\[client\]'"):
+        with ray_instance(ray, EngineSpec("ray", address="ray://head:10001")):
+            pytest.fail("attached")
+
+
+@pytest.mark.parametrize(("address", "message"), [
+    ("auto", r"--address auto: name the cluster to attach to"),
+    ("head", r"--address 'head': expected HOST:PORT"),
+])
+def test_an_address_that_names_no_cluster_is_refused(address, message):
+    with pytest.raises(ConfigError, match=message):
+        with ray_instance(ray, EngineSpec("ray", address=address)):
+            pytest.fail("attached")
