@@ -72,7 +72,7 @@ class MemoryCore(nn.Module, ABC):
       and of the output it returns. ``settings`` are the suite's core settings (``attention_size``,
       ``nu``, ``rho``, ``memory_window``, from the suite file or ``--set``); a plugin is handed only
       those its ``__init__`` names. The suites log them (minigrid: ``core_settings.*``; memory:
-      ``model.*``) with the core's name (tag ``agent`` / ``model``).
+      ``network.*``) with the core's name (tag ``agent`` / ``model``).
     * **State**: a tuple of tensors, each with the batch as its first dimension. :meth:`initial_state`
       is the state at an episode start and is all zeros: the rollout buffer pads stored states with
       zeros, so zeros must read as "empty". A state's other dimensions may change from step to step.
