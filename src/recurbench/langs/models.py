@@ -114,8 +114,8 @@ class Recognizer(nn.Module):
     :meth:`encode` only, or be any ``nn.Module`` that keeps the contract:
 
     * **Receives** ``__init__(cfg: LangModelConfig)``: ``d_model``, ``n_heads``, ``n_layers``, ``d_ff``,
-      ``dropout``, ... (each model reads those it uses), from the langs suite's ``network`` settings
-      (suite file or ``--set network.d_model=40``), logged as ``network.*`` params with the model's
+      ``dropout``, ... (each model reads those it uses), from the langs suite's ``model`` settings
+      (suite file or ``--set model.d_model=40``), logged as ``network.*`` params with the model's
       name as tag ``model``.
     * **Returns** from ``forward(ids [B, T])`` (0 = padding, only at the end; symbols 1 and 2) the
       two units' probabilities ``[B, T, 2]`` in [0, 1], one prediction per prefix.

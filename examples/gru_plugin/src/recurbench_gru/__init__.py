@@ -54,8 +54,8 @@ class GRUForecaster(nn.Module):
     ----------
     cfg : ForecasterConfig
         Reads ``n_features``, ``n_marks``, ``pred_len``, ``d_model`` (the GRU's width), ``e_layers``
-        (stacked GRU layers) and ``dropout`` (between layers); the ltsf suite's ``network`` settings,
-        so ``--set network.d_model=32`` changes it.
+        (stacked GRU layers) and ``dropout`` (between layers); the ltsf suite's ``model`` settings,
+        so ``--set model.d_model=32`` changes it.
 
     The forecast is the last observed value plus the head's output (a residual on the naive
     forecast), ``[B, pred_len, n_features]``.
@@ -80,7 +80,7 @@ class GRURecognizer(Recognizer):
     Parameters
     ----------
     cfg : LangModelConfig
-        Reads ``d_model`` (the langs suite's ``network.d_model``).
+        Reads ``d_model`` (the langs suite's ``model.d_model``).
     """
 
     def __init__(self, cfg: LangModelConfig) -> None:

@@ -9,8 +9,8 @@ The forecaster contract, for the built-ins and for plugins (entry-point group
 * **Receives** ``__init__(cfg: ForecasterConfig)``: the window (``seq_len``, ``label_len``,
   ``pred_len``), the series and calendar widths (``n_features``, ``n_marks``) and the network sizes
   (``d_model``, ``n_heads``, ``e_layers``, ``d_layers``, ``d_ff``, ``dropout``, ...; each model reads
-  those it uses). The ltsf suite fills it from its ``network`` settings (suite file or ``--set
-  network.d_model=32``) and logs them as ``network.*`` params, with the model's name as tag ``model``.
+  those it uses). The ltsf suite fills it from its ``model`` settings (suite file or ``--set
+  model.d_model=32``) and logs them as ``network.*`` params, with the model's name as tag ``model``.
 * **Returns** from ``forward(x [B, seq_len, C], x_mark [B, seq_len, F], y_mark [B, label_len +
   pred_len, F])`` the forecast ``[B, pred_len, C]`` (scaled, as ``x``), on ``x``'s device.
 * **State**: none between calls. Each window (row) is forecast on its own: no row reads another, and
