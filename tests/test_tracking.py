@@ -201,3 +201,84 @@ def test_store_failures_are_one_line_naming_the_store(tmp_path):
         MlflowTracker(f"sqlite:///{folder}/mlflow.db").open()
     check_store(f"sqlite:///{tmp_path}/new/mlflow.db")  # a folder yet to be made under a writable one is fine
     assert not (tmp_path / "new").exists()
+
+
+def _serve(handler_cls):
+    """An HTTP server on a free local port, answering from a thread; (server, url)."""
+    import http.server
+    import threading
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler_cls)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server, f"http://127.0.0.1:{server.server_address[1]}"
+
+
+def test_a_server_that_answers_but_is_not_mlflow_is_one_line(tmp_path):
+    """A web server that is not MLflow (a static file server, say) is refused in one line naming it,
+    where MLflow's client printed a 24-frame traceback."""
+    import http.server
+
+    from recurbench.errors import ConfigError
+
+    class Quiet(http.server.SimpleHTTPRequestHandler):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, directory=str(tmp_path), **kwargs)
+
+        def log_message(self, *args):
+            pass
+
+    server, url = _serve(Quiet)
+    try:
+        with pytest.raises(ConfigError, match=rf"^tracking store {url}: the server answers \(HTTP 404\) but is not an "
+                                              "MLflow tracking server"):
+            MlflowTracker(url).open()
+    finally:
+        server.shutdown()
+
+
+def test_a_tracking_server_that_stops_answering_fails_fast_and_once(monkeypatch):
+    """A server gone mid-run: the write that finds it gone raises StoreUnreachable naming the server,
+    within MLflow's capped retries; every later write raises at once, and ending the run does not
+    mask the error or wait again (the run is left RUNNING, its owner being this dying process)."""
+    import socket
+    import time
+
+    from mlflow.tracking import MlflowClient
+
+    from recurbench.tracking import ServerClient, StoreUnreachable
+
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "1")  # the capped default (3) is measured in the guide
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR", "0")
+    with socket.socket() as sock:  # nothing listens here
+        sock.bind(("127.0.0.1", 0))
+        uri = f"http://127.0.0.1:{sock.getsockname()[1]}"
+        tracker = MlflowTracker(uri)
+        tracker.__dict__["client"] = client = ServerClient(MlflowClient(uri), uri)
+        with pytest.raises(StoreUnreachable, match=rf"^tracking server {uri} stopped answering \(.*\); the runs in "
+                                                   "progress are left RUNNING"):
+            client.get_experiment_by_name("x")
+        start = time.perf_counter()
+        handle = tracker._resume("some-run")
+        with pytest.raises(StoreUnreachable), tracker.run("r", experiment="e", run_id="some-run"):
+            handle.log_metrics({"loss": 1.0})
+        assert time.perf_counter() - start < 1.0
+
+
+def test_a_crash_while_creating_a_store_leaves_no_half_created_store(tmp_path, monkeypatch):
+    """The schema of a new sqlite store is built in a file aside and moved into place when complete:
+    a creation that dies mid-migration leaves no store (the next command makes it afresh), where it
+    used to leave `_alembic_tmp_*` tables that broke every later command."""
+    import mlflow.store.db.utils as db_utils
+
+    def killed(engine):
+        raise RuntimeError("killed mid-migration")
+
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    with monkeypatch.context() as m:
+        m.setattr(db_utils, "_upgrade_db", killed)
+        with pytest.raises(RuntimeError, match="killed mid-migration"):
+            MlflowTracker(uri).open()
+    assert not (tmp_path / "mlflow.db").exists() and (tmp_path / ".mlflow.db.creating").exists()
+    tracker = MlflowTracker(uri)
+    tracker.experiment_id("recurbench-x")  # made afresh, the leftover replaced
+    assert (tmp_path / "mlflow.db").exists() and not (tmp_path / ".mlflow.db.creating").exists()
