@@ -30,6 +30,7 @@ and logs, per run:
 from __future__ import annotations
 
 import math
+import os
 import statistics
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, fields, replace
@@ -220,6 +221,28 @@ def _lengths(selection: Mapping[str, Any], default: Sequence[int]) -> list[int]:
     return out
 
 
+BYTES_PER_STEP_AND_UNIT = 4 * 16
+"""What training keeps per sequence step and hidden unit for the backward pass, counted high: float32,
+~16 tensors (an LSTM's four gates with their activations, cell, output, the state read back)."""
+
+
+def _check_memory(job: MemoryJob, lengths: Sequence[int], key: str) -> None:
+    """Refuse, at plan time, a delay whose training batch could not fit in this machine's memory (a
+    ``--lengths 100000000`` allocated 8.5 GB before failing), with the estimate."""
+    steps = job.T + 2 * job.copy_length
+    need = job.training.batch_size * steps * job.network.hidden_size * BYTES_PER_STEP_AND_UNIT
+    try:
+        have = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (AttributeError, ValueError, OSError):
+        return
+    if need > have:
+        where = f"{key}.{lengths.index(job.T)}" if job.T in lengths else key
+        raise ConfigError(
+            f"{where}: a delay T = {job.T} needs about {need / 2**30:.0f} GiB to train (batch "
+            f"{job.training.batch_size} x {steps} steps x {job.network.hidden_size} units, kept for the backward "
+            f"pass), more than this machine's {have / 2**30:.0f} GiB of memory")
+
+
 def _overridden(profile: MemoryProfile, core: str, block: str) -> dict[str, Any]:
     """The keys of ``per_model.<core>.<block>`` the profile gives."""
     own = profile.per_model.get(core)
@@ -358,6 +381,7 @@ class MemorySuite(SuiteDefinition):
         plans: list[RunPlan] = []
         for tags, params, job in _configurations(profile, tasks, lengths, models,
                                                  lengths_selected=bool(selection.get("lengths"))):
+            _check_memory(job, lengths, "--lengths" if selection.get("lengths") else "lengths")
             memory = "" if tags["nu"] == "-" else f"-nu{tags['nu']}-rho{tags['rho']}"
             for seed in seeds:
                 plans.append(RunPlan(f"{tags['task']}-T{tags['T']}-{tags['model']}{memory}-s{seed}", seed, tags,
