@@ -82,15 +82,17 @@ def test_the_core_is_the_agents_own_class_and_builder():
     assert (mem.core.nu, mem.core.rho) == (6 + 2 * 3, 0)  # MemLSTM: every state of the L-step sequence
 
 
-@pytest.mark.parametrize("core", ["lstm", "memlstm"])
-def test_fast_path_gives_the_step_loops_gradients(core):
-    # lstm: nn.LSTM's fused kernel; memlstm: the append-only history (episode_outputs)
+@pytest.mark.parametrize(("core", "path"), [("lstm", "fast"), ("memlstm", "history"), ("memlstm", "fast"),
+                                           ("rellstm", "fast"), ("memrnn", "fast"), ("relrnn", "fast")])
+def test_fast_path_gives_the_step_loops_gradients(core, path):
+    # lstm: nn.LSTM's fused kernel; memlstm history: the append-only history (episode_outputs); the
+    # attentive cores' fast path: the whole-sequence function (float64 checks in tests/kernels)
     model, tokens = _model(core)
     targets = torch.randint(0, 6, tokens.shape)
     grads = []
-    for fast in (True, False):
+    for chosen in (path, "step"):
         model.zero_grad()
-        sequence_loss(model(tokens, fast=fast), targets).backward()
+        sequence_loss(model(tokens, path=chosen), targets).backward()
         grads.append({n: p.grad.clone() for n, p in model.named_parameters()})
     for name in grads[0]:
         torch.testing.assert_close(grads[0][name], grads[1][name], rtol=1e-4, atol=1e-6, msg=name)
@@ -102,7 +104,7 @@ def test_memlstm_takes_the_history_only_when_it_keeps_the_whole_sequence(monkeyp
     calls = []
     real = model.core.episode_outputs
     monkeypatch.setattr(model.core, "episode_outputs", lambda x: calls.append(x.shape) or real(x))
-    model(tokens)
+    model(tokens, path="history")
     model.hidden_states(tokens)
     assert calls == [(tokens.shape[1], tokens.shape[0], model.core.input_size)] * 2
     # a window shorter than the sequence slides: the history would be wrong, so the step loop runs
@@ -110,7 +112,8 @@ def test_memlstm_takes_the_history_only_when_it_keeps_the_whole_sequence(monkeyp
     torch.manual_seed(0)
     short = build_model(task, SequenceModelConfig("memlstm", hidden_size=12, attention_size=6, memory_window=5))
     assert not short.core.keeps_whole_episode(tokens.shape[1])
-    torch.testing.assert_close(short(tokens), short(tokens, fast=False), rtol=0, atol=0)
+    torch.testing.assert_close(short(tokens, path="history"), short(tokens, fast=False), rtol=0, atol=0)
+    torch.testing.assert_close(short(tokens), short(tokens, fast=False))  # the sliding window, screened
     with pytest.raises(ValueError, match=r"a 12-step episode leaves this memory \(nu=5, rho=0\)"):
         short.core.episode_outputs(short.embed(tokens.t()))
 
@@ -122,9 +125,8 @@ def test_compiled_cell_path_steps_like_the_core(monkeypatch):
     monkeypatch.setattr(torch, "compile", lambda fn, **kw: real(fn, backend="eager", **kw))
     torch._dynamo.reset()
     model, tokens = _model("rellstm")
-    model.compile_core = True
     expected = _agent_logits(model, tokens)
-    torch.testing.assert_close(model(tokens), expected, rtol=1e-6, atol=1e-6)
+    torch.testing.assert_close(model(tokens, path="compiled"), expected, rtol=1e-6, atol=1e-6)
     assert model._compiled_cell is not None
     torch._dynamo.reset()
 
@@ -136,11 +138,37 @@ def test_compiled_cell_path_steps_like_the_core(monkeypatch):
         ({"rho": -1}, r"model\.rho: the relevant set cannot have a negative size \(rho >= 0\), got -1"),
         ({"core": "gru"}, r"model\.core: unknown memory core 'gru'"),
         ({"hidden_size": 0}, r"model\.hidden_size: must be at least 1, got 0"),
+        ({"core": "rnn", "nonlinearity": "softsign"}, r"model\.nonlinearity: unknown non-linearity 'softsign'"),
+        ({"core": "rnn", "recurrent_init": "orthogonal"}, r"model\.recurrent_init: unknown initialisation 'orthogonal'"),
+        ({"core": "exprnn", "recurrent_init": "xavier"},
+         r"model\.recurrent_init: this matrix stays orthogonal through training, so it needs an orthogonal start"),
+        ({"core": "rnn", "input_init": "glorot"}, r"model\.input_init: unknown initialisation 'glorot'"),
+        ({"core": "sab", "topk": 0}, r"model\.topk: must be at least 1, got 0"),
     ],
 )
 def test_bad_model_settings_name_the_culprit(changes, message):
     config = SequenceModelConfig(**{"core": "rellstm", **changes})
     with pytest.raises(ConfigError, match=message):
         config.check()
+    with pytest.raises(ConfigError, match=message):
+        build_model(make_task("copy", 5), config)
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        ({"core": "rnn", "input_init": "henaff"},
+         r"model\.input_init: 'henaff' makes a square orthogonal matrix, but this matrix is 16 x 10"),
+        ({"core": "sab", "topk": 20}, r"model\.topk: SAB selects 20 stored states, but a sequence of 25 steps stores "
+                                      r"at most 12 \(memory_stride 2\)"),
+        ({"core": "sab", "memory_stride": 30}, r"model\.memory_stride: SAB stores every 30-th state, but a sequence "
+                                               r"has only 25 steps"),
+        ({"core": "sab", "truncate": 26}, r"model\.truncate: SAB truncates backpropagation every 26 steps"),
+    ],
+)
+def test_settings_that_cannot_fit_the_task_are_refused_before_training(changes, message):
+    # copy at T = 5: 25 steps, 10 input symbols; the check runs when the model is built, before any update
+    config = SequenceModelConfig(**{"hidden_size": 16, **changes})
+    config.check()  # each setting is fine on its own
     with pytest.raises(ConfigError, match=message):
         build_model(make_task("copy", 5), config)

@@ -1,9 +1,11 @@
 """Training throughput of the memory-task sequence models: the step loop against the fast paths.
 
 For each core and delay T: updates per second (forward, backward, clip, Adam) at the reference
-sizes (batch 10, width 128, copy task), with the plain step loop (``MemoryCore.step`` per symbol, as
-the agents step) and with the model's fast path (``nn.LSTM``'s fused kernel for the LSTM; the
-append-only history for MemLSTM; the compiled cell for RelLSTM, when ``compile_core``). Steps per second = updates/s x L.
+sizes (batch 10, width 128, copy task), along each path of :data:`~recurbench.memory.models.PATHS`:
+the plain step loop (``MemoryCore.step`` per symbol, as the agents step), the model's fast path
+(``nn.LSTM``'s fused kernel for the LSTM; the whole-sequence function with its own backward for the
+attentive cores; the compiled cell for the others, when ``compile_core``), the compiled cell, and
+MemLSTM's append-only history. Steps per second = updates/s x L.
 Wall-clock and CPU-time rates are both given: the latter is robust to other processes on the cores.
 """
 
@@ -16,18 +18,18 @@ from typing import Any
 import numpy as np
 import torch
 
-from recurbench.memory.models import SequenceModelConfig, build_model
+from recurbench.memory.models import PATHS, SequenceModelConfig, build_model
 from recurbench.memory.tasks import make_task
 from recurbench.memory.training import sequence_loss
 
 
 def _timed_updates(model: torch.nn.Module, inputs: torch.Tensor, targets: torch.Tensor, updates: int,
-                   fast: bool) -> tuple[float, float]:
+                   path: str) -> tuple[float, float]:
     """Updates per wall-clock second and per CPU second of this process."""
     optimizer = torch.optim.Adam(model.parameters(), lr=2e-4)
 
     def update() -> None:
-        loss = sequence_loss(model(inputs, fast=fast), targets)
+        loss = sequence_loss(model(inputs, path=path), targets)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -50,10 +52,12 @@ def bench_memory(
     paths: Sequence[str] = ("step", "fast"),
     progress: Callable[[str], None] = lambda _: None,
 ) -> list[dict[str, Any]]:
-    """One row per core x T x path of ``paths`` (``step``: the step loop, ``fast``: the model's fast
-    path): ``updates_per_s``, ``steps_per_s`` (wall) and ``updates_per_cpu_s``, ``steps_per_cpu_s``."""
-    if unknown := sorted(set(paths) - {"step", "fast"}):
-        raise ValueError(f"bench_memory: unknown path(s) {', '.join(unknown)}; choose step and/or fast")
+    """One row per core x T x path of ``paths`` (:data:`~recurbench.memory.models.PATHS`: ``step`` the
+    step loop, ``fast`` the model's fast path, ``compiled`` the compiled cell, ``history`` MemLSTM's
+    append-only history): ``updates_per_s``, ``steps_per_s`` (wall) and ``updates_per_cpu_s``,
+    ``steps_per_cpu_s``."""
+    if unknown := sorted(set(paths) - set(PATHS)):
+        raise ValueError(f"bench_memory: unknown path(s) {', '.join(unknown)}; choose from {', '.join(PATHS)}")
     torch.set_num_threads(threads)
     rows = []
     for T in lengths:
@@ -65,7 +69,7 @@ def bench_memory(
                 torch._dynamo.reset()  # a fresh compilation per model, as in a run (see training.py)
                 torch.manual_seed(0)
                 model = build_model(task, SequenceModelConfig(core), compile_core=compile_core)
-                wall, cpu = _timed_updates(model, inputs, targets, updates, fast=path == "fast")
+                wall, cpu = _timed_updates(model, inputs, targets, updates, path)
                 rows.append({"core": core, "T": T, "path": path, "updates_per_s": wall, "steps_per_s": wall * task.seq_len,
                              "updates_per_cpu_s": cpu, "steps_per_cpu_s": cpu * task.seq_len, "threads": threads})
     return rows

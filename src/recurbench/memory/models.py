@@ -9,18 +9,20 @@ batch with an empty state and memory (``kerg_copy_denoise.md`` section 6.6).
 Layouts: tokens ``[B, L]`` in, logits ``[B, L, C]`` out (batch first, as the tasks draw them); the
 core is stepped time first (``[L, B, F]``, the layout of ``MemoryCore.forward_sequence``).
 
-Three faster paths give the same outputs as stepping (``tests/memory/test_memory_models.py``):
+Faster paths give the same outputs as stepping (``tests/memory/test_memory_models.py``):
 
 * ``lstm``: the :class:`~recurbench.agents.cores.LSTMCore`'s own ``nn.LSTMCell`` parameters run
   through ``nn.LSTM``'s fused sequence kernel (the two share their weight layout), since nothing
   resets within a sequence. About 3x the steps per second of the step loop on a CPU.
-* ``memlstm`` and ``memrnn`` with a window covering the sequence (the default, ``memory_window=None``): the core's
-  :meth:`~recurbench.agents.cores.AttentiveCore.episode_outputs`, the same recurrence over an
-  append-only history (no per-step copy of the whole memory; no compilation).
-* other attentive cores (``compile_core=True``, when gradients are recorded): the core's :meth:`cell`
-  compiled by ``torch.compile`` and stepped exactly as ``MemoryCore.step`` does (``reset``, then
-  ``cell``). About 2x on a CPU, for a compilation of 10-60 s per process and core shape (inductor
-  caches it on disk).
+* the attentive cores (MemLSTM, RelLSTM, MemRNN, RelRNN): the core's
+  :meth:`~recurbench.agents.cores.AttentiveCore.sequence_outputs`, the whole sequence as one autograd
+  node with a hand-written backward (:mod:`recurbench.kernels.memattn.sequence`).
+* the others (orth-RNN, expRNN, SAB), with ``compile_core=True`` when gradients are recorded: the
+  core's :meth:`cell` compiled by ``torch.compile`` and stepped exactly as ``MemoryCore.step`` does
+  (``reset``, then ``cell``), for a compilation of 10-60 s per process and core shape.
+
+Each path can be asked for by name (:data:`PATHS`); the earlier ones (the compiled cell for the
+attentive cores, MemLSTM's append-only history) stay for comparison (``bench memory``).
 
 :meth:`MemorySequenceModel.hidden_states` steps eagerly (the gradient recorder needs each ``h_t`` as
 the tensor the next step consumed), except for MemLSTM's history, whose ``h_t`` are those tensors too.
@@ -253,19 +255,34 @@ class MemorySequenceModel(nn.Module):
         out, _ = torch.func.functional_call(self._lstm_shell, weights, (x, (h0[None], c0[None])))
         return out
 
-    def forward(self, tokens: Tensor, *, fast: bool = True) -> Tensor:
-        """Logits ``[B, L, C]`` of ``tokens`` [B, L]. ``fast=False`` forces the plain step loop."""
-        if fast and type(self.core) is LSTMCore:
+    def forward(self, tokens: Tensor, *, fast: bool = True, path: str | None = None) -> Tensor:
+        """Logits ``[B, L, C]`` of ``tokens`` [B, L] along ``path`` (:data:`PATHS`); by default the
+        core's fastest (``fast``), ``fast=False`` the plain step loop (``step``)."""
+        path = path or ("fast" if fast else "step")
+        if path not in PATHS:
+            raise ValueError(f"MemorySequenceModel: unknown path {path!r}; choose {', '.join(PATHS)}")
+        if path == "fast" and type(self.core) is LSTMCore:
             return self.head(self._fused_lstm(tokens).transpose(0, 1))
-        if fast and (history := self._history_outputs(tokens)) is not None:
+        if path == "fast" and isinstance(self.core, AttentiveCore):
+            return self.head(self.core.sequence_outputs(self._inputs(tokens)[0]).transpose(0, 1))
+        if path == "history" and (history := self._history_outputs(tokens)) is not None:
             return self.head(torch.stack(history, dim=1))
         cell = None
         # Compiled for training only: under no_grad (evaluation) torch.compile would compile again.
-        if fast and self.compile_core and torch.is_grad_enabled():
+        compiled = path == "compiled" or (path == "fast" and self.compile_core)
+        if compiled and torch.is_grad_enabled():
             if self._compiled_cell is None:
                 self._compiled_cell = torch.compile(self.core.cell, dynamic=False)
             cell = self._compiled_cell
         return self.head(torch.stack(self.step_outputs(tokens, cell=cell), dim=1))
+
+
+PATHS = ("fast", "step", "compiled", "history")
+"""How :meth:`MemorySequenceModel.forward` runs the core: ``fast`` (the default: ``nn.LSTM``'s kernel
+for the LSTM, :meth:`~recurbench.agents.cores.AttentiveCore.sequence_outputs` for the attentive
+cores, else the step loop, compiled with ``compile_core``), ``step`` (the step loop, as the agents
+step), ``compiled`` (the step loop over a ``torch.compile``'d cell) and ``history`` (MemLSTM / MemRNN
+over the append-only history; else the step loop)."""
 
 
 def build_model(task: Any, config: SequenceModelConfig, *, compile_core: bool = False) -> MemorySequenceModel:

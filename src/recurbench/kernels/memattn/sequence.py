@@ -1,0 +1,289 @@
+"""The attentive cores over a whole sequence, with a hand-written backward: their training path.
+
+The memory tasks run every sequence from an empty state and keep none after it, so a core's ``L``
+steps can be one autograd node instead of ~30 small ones per step. :func:`attentive_sequence` runs the
+recurrence of :class:`~recurbench.agents.cores.AttentiveCore` (the reference: its ``step``, through
+:func:`.naive.memory_attention_step_reference`) for an LSTM or an RNN cell::
+
+    q_t    = W s_{t-1} + b_W                     (s_{-1} = 0)
+    alpha  = softmax_i(v' tanh(q_t + U h_i))     over the memory M_t (empty at t = 0: read 0)
+    s_t    = (h_{t-1} + sum_i alpha_i h_i) / 2   (h_{-1} = 0)
+    h_t    = cell(xw_t + R s_t)                  LSTM (with c_t) or phi in {tanh, relu, modReLU}
+
+``xw_t`` is the input's projection with the cell's biases (computed outside, by autograd, as one
+matrix product over all steps). The memory ``M_t`` holds indices into the history of states:
+
+* ``window`` (MemLSTM / MemRNN over a sequence they keep whole): ``h_0 .. h_{t-1}``, read as slices;
+* ``screened`` (RelLSTM / RelRNN, or a window that slides): a short-term buffer of ``nu`` slots and a
+  relevant set of ``rho``, updated by the rules of :mod:`.naive` (the relevancy scores are detached
+  sums of attention, so the bookkeeping runs in numpy on the ``[B, nu + rho]`` index table).
+
+Forward keeps the histories ``h_t``, ``U h_t``, ``s_t``, ``q_t``, the gates (or pre-activations), the
+attention weights and the index table; backward runs the steps in reverse with explicit formulas,
+adding each read's gradients into the history's gradient buffers (every read of ``h_i`` comes from a
+later step, so ``h_i``'s gradient is complete when the reverse loop reaches step ``i``), and forms the
+weights' gradients at the end as single matrix products over all steps. ``tanh(q_t + U h_i)`` is
+recomputed rather than stored (the window's would be ``O(L^2 A)``).
+
+The same code runs on a GPU (PyTorch operations; the screening's table stays on the host, which costs
+one copy of ``alpha`` per step there). ``tests/kernels/memattn/test_sequence.py`` checks outputs and
+every gradient against the reference step in float64.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+from torch import Tensor
+
+CELLS = ("lstm", "tanh", "relu", "modrelu")
+
+
+class _Screening:
+    """The screened memory of ``B`` rows in lockstep: which state each slot holds, as rows of the
+    ``[T * B, .]`` history (``n * B + b`` for state ``n`` of row ``b``; an empty slot holds row 0 and
+    is masked), and the slots' relevancy scores."""
+
+    def __init__(self, batch: int, nu: int, rho: int, dtype: torch.dtype) -> None:
+        self.nu, self.rho = nu, rho
+        self.rows = np.arange(batch)
+        self.flat = np.zeros((batch, nu + rho), dtype=np.int64)
+        self.occupied = np.zeros(nu + rho, dtype=bool)  # the same for every row (see insert)
+        self.scores = np.zeros((batch, nu + rho), dtype=torch.empty(0, dtype=dtype).numpy().dtype)
+
+    def insert(self, n: int) -> None:
+        """Store state ``n`` at buffer slot ``n mod nu``; the state it evicts may enter the relevant set
+        (an empty slot, else the lowest-scoring one, first on ties, if its score is strictly higher).
+        An evicted state always takes an empty slot (its score beats -inf), so every row fills its
+        relevant set at the same steps and the occupied slots are the same for all rows."""
+        nu, pos, flat, scores = self.nu, n % self.nu, self.flat, self.scores
+        if self.rho > 0 and self.occupied[pos]:
+            candidate = scores[:, pos]
+            members = np.where(self.occupied[nu:], scores[:, nu:], -np.inf)
+            j = members.argmin(axis=1)
+            enters = self.rows[candidate > members[self.rows, j]]
+            if not self.occupied[nu:].all():  # the first empty slot, the same in every row, takes it
+                self.occupied[nu + j[0]] = True
+            flat[enters, nu + j[enters]] = flat[enters, pos]
+            scores[enters, nu + j[enters]] = candidate[enters]
+        flat[:, pos] = n * len(self.rows) + self.rows
+        scores[:, pos] = 0
+        self.occupied[pos] = True
+
+    def attended(self, alpha: np.ndarray) -> None:
+        """Buffer slots add the (detached) attention they received to their relevancy score."""
+        self.scores[:, : self.nu] += alpha[:, : self.nu]
+
+
+def _activate(pre: Tensor, cell: str, bias: Tensor, out: Tensor) -> Tensor:
+    """``h = phi(pre)`` into ``out`` (an RNN cell)."""
+    if cell == "tanh":
+        return torch.tanh(pre, out=out)
+    if cell == "relu":
+        return torch.clamp_min(pre, 0, out=out)
+    return torch.mul(torch.sign(pre), torch.relu(pre.abs().add_(bias)), out=out)
+
+
+def _slope(cell: str, pre: Tensor, h: Tensor, bias: Tensor) -> Tensor:
+    """``dh/dz`` of ``h = phi(z)`` for every step at once."""
+    if cell == "tanh":
+        return 1 - h * h
+    if cell == "relu":
+        return (pre > 0).to(h.dtype)
+    return ((pre.abs() + bias) > 0).to(h.dtype)  # d/dz sign(z)(|z| + b) = 1 where active
+
+
+class _Histories:
+    """What the forward keeps for the backward (``[T, B, .]``): ``O(T (H + A + S))`` per row. The
+    screened memory's keys, values and ``tanh(q + key)`` (``O(T S (H + A))``) are gathered again in the
+    backward instead: a fresh buffer that size costs more in page faults than the gathers do."""
+
+    def __init__(self, xw: Tensor, H: int, A: int, S: int, lstm: bool, window: bool) -> None:
+        T, B, G = xw.shape
+        self.h = xw.new_empty(T, B, H)
+        self.k = xw.new_empty(T, B, A)  # U h_t
+        self.s = xw.new_empty(T, B, H)
+        self.q = xw.new_empty(T, B, A)
+        self.pre = xw.new_empty(T, B, G) if not lstm else None  # an RNN's pre-activations
+        self.c = xw.new_empty(T, B, H) if lstm else None
+        self.alpha = xw.new_empty(T, B, S)  # step t's weights in [:, :n] (n = t for a window, else S)
+        self.flat = None if window else torch.zeros(T, B * S, dtype=torch.long)  # each step's slots
+
+
+class _AttentiveSequence(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx: Any, xw: Tensor, w_rec: Tensor, wq: Tensor, bq: Tensor, wk: Tensor, v: Tensor, bias: Tensor,
+                cell: str, nu: int, rho: int) -> Tensor:
+        T, B, _ = xw.shape
+        H, A = w_rec.shape[1], wq.shape[0]
+        lstm, window = cell == "lstm", rho == 0 and nu >= T
+        S = T if window else nu + rho
+        hist = _Histories(xw, H, A, S, lstm, window)
+        memory = None if window else _Screening(B, nu, rho, xw.dtype)
+        h_flat, k_flat = hist.h.view(T * B, H), hist.k.view(T * B, A)
+        w_rec_t, wq_t, wk_t = w_rec.t(), wq.t(), wk.t()
+        # Per-step views, made once (indexing a tensor per step costs as much as a small operation).
+        xw_t, h_t, k_t, s_t, q_t, alpha_t = (u.unbind(0) for u in (xw, hist.h, hist.k, hist.s, hist.q, hist.alpha))
+        c_t = hist.c.unbind(0) if hist.c is not None else None
+        pre_t = hist.pre.unbind(0) if hist.pre is not None else None
+        flat_t = hist.flat.unbind(0) if hist.flat is not None else None
+        h = xw.new_zeros(B, H)
+        c = xw.new_zeros(B, H)
+        s = xw.new_zeros(B, H)
+        for t in range(T):
+            q = torch.addmm(bq, s, wq_t, out=q_t[t])
+            s = s_t[t]
+            if t == 0:
+                torch.mul(h, 0.5, out=s)  # nothing stored yet: the read is 0
+            else:
+                if memory is None:
+                    keys, values = hist.k[:t].transpose(0, 1), hist.h[:t].transpose(0, 1)  # [B, t, .]
+                    alpha = alpha_t[t][:, :t]
+                else:
+                    memory.insert(t - 1)
+                    flat = flat_t[t]
+                    flat.copy_(torch.from_numpy(memory.flat).view(-1))
+                    keys = k_flat.index_select(0, flat).view(B, S, A)
+                    values = h_flat.index_select(0, flat).view(B, S, H)
+                    alpha = alpha_t[t]
+                e = keys.add(q[:, None, :]).tanh_() @ v  # [B, n]
+                if memory is not None and not memory.occupied.all():
+                    e.masked_fill_(torch.from_numpy(~memory.occupied).to(e.device), float("-inf"))
+                if memory is None:
+                    alpha.copy_(torch.softmax(e, dim=1))  # a slice: no out= (it would not be written in place)
+                else:
+                    torch.ops.aten._softmax.out(e, 1, False, out=alpha)
+                if memory is not None:
+                    memory.attended(alpha.cpu().numpy())
+                torch.baddbmm(h[:, None, :], alpha[:, None, :], values, beta=0.5, alpha=0.5, out=s[:, None, :])
+            pre = torch.addmm(xw_t[t], s, w_rec_t)
+            if c_t is not None:  # the LSTM
+                gates = pre.sigmoid()
+                i, f, _, o = gates.chunk(4, dim=1)
+                g = pre[:, 2 * H : 3 * H].tanh()
+                c = torch.mul(f, c, out=c_t[t]).addcmul_(i, g)
+                h = torch.mul(o, torch.tanh(c), out=h_t[t])
+            else:
+                pre_t[t].copy_(pre)
+                h = _activate(pre, cell, bias, out=h_t[t])
+            torch.mm(h, wk_t, out=k_t[t])
+        ctx.cell = cell
+        ctx.hist = hist
+        ctx.save_for_backward(xw, w_rec, wq, wk, v, bias)
+        return hist.h.clone()
+
+    @staticmethod
+    def backward(ctx: Any, grad_out: Tensor) -> tuple[Tensor | None, ...]:
+        xw, w_rec, wq, wk, v, bias = ctx.saved_tensors
+        hist: _Histories = ctx.hist
+        cell = ctx.cell
+        T, B, H = hist.h.shape
+        A = wq.shape[0]
+        d_hist = grad_out.clone(memory_format=torch.contiguous_format)  # [T, B, H]: the outputs' gradients, then every read's (values and keys)
+        d_keys = torch.zeros_like(hist.k)  # dL/d(U h_i), for U's gradient
+        d_xw = torch.empty_like(xw)
+        d_q = torch.zeros_like(hist.q)
+        d_v = torch.zeros_like(v)[None]
+        one = v.new_ones(())
+        d_cell = _CellBackward(cell, xw, w_rec, hist, bias)
+        d_k_flat, d_h_flat = d_keys.view(T * B, A), d_hist.view(T * B, H)
+        h_flat, k_flat = hist.h.view(T * B, H), hist.k.view(T * B, A)
+        d_hist_t, d_xw_t, d_q_t, q_t, alpha_t = (u.unbind(0) for u in (d_hist, d_xw, d_q, hist.q, hist.alpha))
+        flat_t = hist.flat.unbind(0) if hist.flat is not None else None
+        d_read = torch.zeros_like(hist.h[0])  # dL/ds_t / 2 through q_{t+1}, then through the cell
+        for t in range(T - 1, -1, -1):
+            da = d_cell.step(t, d_hist_t[t], out=d_xw_t[t])
+            # s_t = (h_{t-1} + read_t) / 2: d_read = dL/ds_t / 2, which h_{t-1} gets too
+            d_read = torch.addmm(d_read, da, w_rec, beta=1.0, alpha=0.5)
+            if t == 0:
+                break
+            d_hist_t[t - 1].add_(d_read)
+            if flat_t is None:
+                keys, values = hist.k[:t].transpose(0, 1), hist.h[:t].transpose(0, 1)
+                alpha = alpha_t[t][:, :t]
+            else:
+                flat = flat_t[t]
+                keys = k_flat.index_select(0, flat).view(B, -1, A)
+                values = h_flat.index_select(0, flat).view(B, -1, H)
+                alpha = alpha_t[t]
+            z = keys.add(q_t[t][:, None, :]).tanh_()  # [B, n, A], recomputed
+            d_alpha = torch.bmm(values, d_read[:, :, None])[:, :, 0]
+            de = torch._softmax_backward_data(d_alpha, alpha, 1, alpha.dtype)
+            d_v.addmm_(de.reshape(1, -1), z.reshape(-1, A))
+            d_pre = torch.addcmul(one, z, z, value=-1).mul_(de[:, :, None] * v)  # dL/d(q_t + U h_i)
+            # each stored h_i: alpha_i d_read through the value, U' d_pre_i through the key
+            d_stored = torch.baddbmm(d_pre @ wk, alpha[:, :, None], d_read[:, None, :])
+            if flat_t is None:
+                d_hist[:t] += d_stored.transpose(0, 1)
+                d_keys[:t] += d_pre.transpose(0, 1)
+            else:
+                d_h_flat.index_add_(0, flat, d_stored.view(-1, H))
+                d_k_flat.index_add_(0, flat, d_pre.view(-1, A))
+            torch.sum(d_pre, dim=1, out=d_q_t[t])
+            d_read = torch.mm(d_q_t[t], wq).mul_(0.5)
+        G = d_xw.shape[2]
+        d_w_rec = d_xw.reshape(T * B, G).t() @ hist.s.reshape(T * B, H)
+        d_wq = d_q[1:].reshape(-1, A).t() @ hist.s[:-1].reshape(-1, H)  # q_t reads s_{t-1}; d_q[0] = 0
+        d_bq = d_q.sum(dim=(0, 1))
+        d_wk = d_keys.reshape(T * B, A).t() @ hist.h.reshape(T * B, H)
+        d_bias = (d_xw * torch.sign(hist.pre)).sum(dim=(0, 1)) if cell == "modrelu" else torch.zeros_like(bias)
+        return d_xw, d_w_rec, d_wq, d_bq, d_wk, d_v[0], d_bias, None, None, None
+
+
+class _CellBackward:
+    """``dL/d xw_t`` from ``dL/dh_t``, step by step in reverse, with what can be formed for all steps
+    at once formed up front (the LSTM's gates: one product over all steps rather than T saved chunks)."""
+
+    def __init__(self, cell: str, xw: Tensor, w_rec: Tensor, hist: _Histories, bias: Tensor) -> None:
+        T, B, _ = xw.shape
+        H = hist.h.shape[2]
+        self.lstm = hist.c is not None
+        if hist.c is None:
+            self.slope = _slope(cell, hist.pre, hist.h, bias).unbind(0)
+            return
+        pre = torch.addmm(xw.reshape(T * B, -1), hist.s.view(T * B, H), w_rec.t()).view(T, B, -1)
+        gates = pre.sigmoid()
+        i, f, _, o = gates.chunk(4, dim=2)
+        g = pre[..., 2 * H : 3 * H].tanh()
+        tanh_c = torch.tanh(hist.c)
+        c_prev = torch.cat([torch.zeros_like(hist.c[:1]), hist.c[:-1]])
+        self.dc_from_h = (o * (1 - tanh_c * tanh_c)).unbind(0)  # dc_t += dh_t o_t (1 - tanh^2 c_t)
+        self.slope = torch.cat([i * (1 - i), f * (1 - f), 1 - g * g, o * (1 - o)], dim=2).unbind(0)
+        self.gci = torch.stack([g, c_prev, i], dim=2).unbind(0)  # dc times g (for di), c_{t-1} (df), i (dg)
+        self.f, self.tanh_c = f.unbind(0), tanh_c.unbind(0)
+        self.dc = torch.zeros_like(hist.h[0])
+        self.H = H
+
+    def step(self, t: int, dh: Tensor, out: Tensor) -> Tensor:
+        if not self.lstm:
+            return torch.mul(dh, self.slope[t], out=out)
+        H, B = self.H, dh.shape[0]
+        self.dc.addcmul_(dh, self.dc_from_h[t])
+        torch.mul(self.dc[:, None, :], self.gci[t], out=out[:, : 3 * H].view(B, 3, H))
+        torch.mul(dh, self.tanh_c[t], out=out[:, 3 * H :])
+        out.mul_(self.slope[t])
+        self.dc = self.dc * self.f[t]
+        return out
+
+
+def attentive_sequence(xw: Tensor, w_rec: Tensor, wq: Tensor, bq: Tensor, wk: Tensor, v: Tensor,
+                       bias: Tensor | None = None, *, cell: str, nu: int, rho: int) -> Tensor:
+    """The outputs ``h_t`` [T, B, H] of an attentive core over ``T`` steps from an empty state.
+
+    ``xw`` [T, B, G]: the input projections with the cell's biases (``G = 4H`` for the LSTM, gates in
+    ``nn.LSTMCell``'s order i, f, g, o; ``H`` for an RNN); ``w_rec`` [G, H] the recurrent matrix
+    applied to ``s_t``; ``wq`` [A, H], ``bq`` [A] the query; ``wk`` [A, H] the keys; ``v`` [A];
+    ``bias`` [H]: modReLU's. ``cell``: ``lstm``, ``tanh``, ``relu`` or ``modrelu``.
+    """
+    if cell not in CELLS:
+        raise ValueError(f"attentive_sequence: unknown cell {cell!r}; choose {', '.join(CELLS)}")
+    if nu < 1 or rho < 0:
+        raise ValueError(f"attentive_sequence: need nu >= 1 and rho >= 0, got nu={nu}, rho={rho}")
+    if bias is None:
+        bias = xw.new_zeros(w_rec.shape[1])
+    return _AttentiveSequence.apply(xw, w_rec, wq, bq, wk, v, bias, cell, nu, rho)
+
+
+__all__ = ["CELLS", "attentive_sequence"]

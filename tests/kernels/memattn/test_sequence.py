@@ -1,0 +1,67 @@
+"""The attentive cores' whole-sequence function against the reference step, in float64: outputs and
+every parameter's gradient (the input too), for each cell and each kind of memory."""
+
+import pytest
+import torch
+
+from recurbench.agents.cores import AttentiveCore, make_core
+from recurbench.kernels.memattn.sequence import attentive_sequence
+
+CASES = [
+    # core, settings: the relevant set filling, full and evicting; a window kept whole; a sliding window
+    ("rellstm", {"nu": 3, "rho": 2}),
+    ("rellstm", {"nu": 2, "rho": 6}),
+    ("memlstm", {}),
+    ("memlstm", {"memory_window": 7}),
+    ("relrnn", {"nu": 3, "rho": 2, "nonlinearity": "modrelu"}),
+    ("relrnn", {"nu": 4, "rho": 3, "nonlinearity": "tanh"}),
+    ("memrnn", {"nonlinearity": "relu"}),
+    ("memrnn", {"nonlinearity": "modrelu", "memory_window": 5}),
+]
+
+
+def _reference(core: AttentiveCore, x: torch.Tensor) -> torch.Tensor:
+    starts = torch.zeros(x.shape[:2], dtype=x.dtype)
+    starts[0] = 1.0
+    state = tuple(t.to(x.dtype) for t in core.initial_state(x.shape[1]))
+    return core.forward_sequence(x, state, starts)[0]
+
+
+@pytest.mark.parametrize(("name", "settings"), CASES)
+def test_outputs_and_every_gradient_match_the_reference_step_in_float64(name, settings):
+    torch.manual_seed(0)
+    settings = {"memory_window": 60, **settings}
+    core = make_core(name, 6, 8, attention_size=5, **settings).double()
+    assert isinstance(core, AttentiveCore)
+    x = torch.randn(30, 3, 6, dtype=torch.float64, requires_grad=True)
+    weight = torch.randn(30, 3, 8, dtype=torch.float64)  # a loss that weighs every output differently
+    expected = _reference(core, x)
+    got = core.sequence_outputs(x)
+    torch.testing.assert_close(got, expected, rtol=0, atol=1e-12)
+    inputs = [x, *core.parameters()]
+    names = ["x", *(n for n, _ in core.named_parameters())]
+    want = torch.autograd.grad((expected * weight).sum(), inputs)
+    have = torch.autograd.grad((got * weight).sum(), inputs)
+    for n, a, b in zip(names, have, want, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-12, msg=n)
+
+
+def test_relevance_screening_keeps_the_states_that_drew_attention():
+    # A relevant set must change the outputs: with rho = 0 the same buffer forgets what rho > 0 keeps.
+    torch.manual_seed(1)
+    core = make_core("rellstm", 6, 8, attention_size=5, nu=2, rho=3).double()
+    x = torch.randn(20, 2, 6, dtype=torch.float64)
+    forgetful = make_core("rellstm", 6, 8, attention_size=5, nu=2, rho=0).double()
+    forgetful.load_state_dict(core.state_dict())
+    assert not torch.allclose(core.sequence_outputs(x)[-1], forgetful.sequence_outputs(x)[-1])
+
+
+def test_bad_arguments_are_refused():
+    xw = torch.zeros(4, 2, 8)
+    w = torch.zeros(8, 8)
+    with pytest.raises(ValueError, match="unknown cell 'gru'"):
+        attentive_sequence(xw, w, torch.zeros(3, 8), torch.zeros(3), torch.zeros(3, 8), torch.zeros(3), cell="gru",
+                           nu=2, rho=1)
+    with pytest.raises(ValueError, match="need nu >= 1"):
+        attentive_sequence(xw, w, torch.zeros(3, 8), torch.zeros(3), torch.zeros(3, 8), torch.zeros(3), cell="tanh",
+                           nu=0, rho=1)
