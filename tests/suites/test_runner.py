@@ -135,6 +135,11 @@ def test_unknown_names_selected_on_the_command_line_are_refused(toy):
         run_suite("toy", "base", MemoryTracker(), config_path=toy, selection={"models": ["bad"]})
 
 
+def test_an_option_given_empty_is_refused_not_read_as_the_profiles_own(toy):
+    with pytest.raises(ConfigError, match=r"^--models: no name given \(an empty list\); leave the option out"):
+        run_suite("toy", "base", MemoryTracker(), config_path=toy, selection={"models": []}, dry_run=True)
+
+
 def test_unknown_profile_and_suite(toy):
     with pytest.raises(ConfigError, match="no profile 'huge'; available: base, both"):
         run_suite("toy", "huge", MemoryTracker(), config_path=toy)

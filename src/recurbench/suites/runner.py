@@ -84,6 +84,10 @@ def run_suite(
     tell: another host, an older recurbench), ended FAILED before anything runs."""
     engine = engine or EngineSpec()
     definition, cfg = load_profile(name, profile, config_path, overrides)
+    for key, value in (selection or {}).items():
+        if isinstance(value, (list, tuple)) and not value:  # `--languages ""`: not "every language"
+            option = "--pair" if key == "pairs" else f"--{key}"
+            raise ConfigError(f"{option}: no name given (an empty list); leave the option out for the profile's own")
     check_device(engine, device)
     # Serial: checked here, where the runs train. A Ray task resolves the device on its own machine.
     device_tag = (describe_device(definition.target_device(device)) if engine.kind == "serial"
