@@ -293,3 +293,15 @@ def test_with_checks_within_epochs_the_pruner_sees_every_check(tmp_path, data_di
     assert trial.value == min(trial.intermediate_values.values())  # the best check's weights are kept
     (run,) = [r for r in tracker.runs if r.tags.get("role") == "trial"]
     assert run.tags["data_path"] == str(data_dir / "ETTh1.csv") and run.tags["data_registry"] == "match"
+
+
+def test_a_bad_optuna_storage_is_refused_before_the_tracking_store_is_created(tmp_path):
+    """`tune` with a storage Optuna cannot open writes nothing: no empty mlflow.db is left behind."""
+    from recurbench.engine import EngineSpec
+    from recurbench.tracking import MlflowTracker
+    from recurbench.tuning.tune import TuneRequest, tune
+
+    request = TuneRequest("minigrid", "lstm", trials=1, env="GoToObject", storage="foo://bad")
+    with pytest.raises(ConfigError, match=r"^cannot open Optuna storage 'foo://bad'"):
+        tune(request, MlflowTracker(f"sqlite:///{tmp_path}/mlflow.db"), EngineSpec())
+    assert list(tmp_path.iterdir()) == []

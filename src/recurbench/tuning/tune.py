@@ -10,7 +10,7 @@ from recurbench.devices import describe_device
 from recurbench.engine import EngineSpec, check_cluster_store, check_device
 from recurbench.errors import RecurbenchError
 from recurbench.suites.registry import SUITES
-from recurbench.tracking import Tracker, resolve_tracking_uri
+from recurbench.tracking import Tracker, check_store, resolve_tracking_uri
 from recurbench.tuning.objectives import LTSFObjective, MinigridObjective, write_best_profile
 from recurbench.tuning.study import (
     DEFAULT_STORAGE,
@@ -18,6 +18,7 @@ from recurbench.tuning.study import (
     StudySpec,
     default_study_name,
     load_study,
+    make_storage,
     run_study,
     settings_digest,
 )
@@ -107,7 +108,12 @@ def tune(request: TuneRequest, tracker: Tracker, engine: EngineSpec) -> TuneOutc
     check_cluster_store(engine, request.storage or DEFAULT_STORAGE, "Optuna storage")
     objective, tags = make_objective(request, engine)
     spec = study_spec(request, engine, objective, tags)
-    tracker.open()  # a bad tracking URI fails before the Optuna storage is created
+    # Nothing is created until both stores are known good: a bad tracking URI fails before the Optuna
+    # storage is created, and a bad Optuna storage before the tracking store is (an empty mlflow.db).
+    if (uri := getattr(tracker, "tracking_uri", None)) is not None:
+        check_store(uri)
+    make_storage(request.storage)
+    tracker.open()
     notes: list[str] = []
     if request.enqueue_paper and isinstance(objective, LTSFObjective):
         notes += enqueue_paper_trial(spec, objective)
