@@ -7,6 +7,7 @@ bad cases are bare ``.dist-info`` folders (metadata and entry points only), whic
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -89,6 +90,16 @@ def test_the_installed_example_runs_through_a_quick_suite(example, tmp_path):
     assert ",gru," in listed.output  # compare shows the plugin core beside the built-ins
 
 
+def test_a_fresh_process_loads_the_plugins_by_itself(example_site):
+    """What a Ray worker does: it unpickles a plan naming ``gru`` and builds it, with nothing loaded
+    beforehand (the registries read the entry points on first use)."""
+    code = ("from recurbench.agents.cores import make_core; from recurbench.forecasters.models import ARCHITECTURES; "
+            "print(type(make_core('gru', 3, 4)).__name__, ARCHITECTURES.source('gru').package)")
+    env = {**os.environ, "PYTHONPATH": str(example_site)}
+    out = subprocess.run([sys.executable, "-c", code], env=env, check=True, capture_output=True, text=True)
+    assert out.stdout.split() == ["GRUCore", "recurbench-gru-example"]
+
+
 def test_a_plugin_that_fails_to_import_is_left_out_in_one_line(tmp_path, monkeypatch, fresh_registries, capsys):
     _dist_info(tmp_path, "recurbench-broken", "[recurbench.cores]\nbroken = recurbench_no_such_module:Core\n")
     monkeypatch.syspath_prepend(str(tmp_path))
@@ -159,7 +170,7 @@ def test_the_quick_path_builds_a_class_from_the_working_directory_with_the_setti
     assert type(core).__name__ == "TinyGRU" and core.nu == 7  # rho and attention_size: not its settings
     assert "my_cores_for_the_quick_path:TinyGRU" not in list(CORES)  # usable, but not listed
     assert CORES.source("my_cores_for_the_quick_path:TinyGRU").package == "module path"
-    assert str(tmp_path) in sys.path and str(tmp_path) in __import__("os").environ["PYTHONPATH"]  # for Ray workers
+    assert str(tmp_path) in sys.path and str(tmp_path) in os.environ["PYTHONPATH"]  # for Ray workers
 
 
 def test_a_quick_path_that_cannot_be_imported_is_one_line(fresh_registries):
