@@ -59,7 +59,7 @@ from recurbench.agents.recurrent_init import (
 )
 from recurbench.errors import ConfigError
 from recurbench.kernels.memattn import AppendOnlyMemory, memory_attention_step
-from recurbench.kernels.memattn.sequence import attentive_sequence
+from recurbench.kernels.memattn.sequence import attentive_sequence, recurrent_sequence
 from recurbench.plugins import PluginRegistry, call_with_settings, first_doc_line
 
 State = tuple[Tensor, ...]
@@ -220,6 +220,14 @@ class RNNCore(MemoryCore):
     def forward_sequence(self, x: Tensor, state: State, episode_starts: Tensor) -> tuple[Tensor, State]:
         with parametrize.cached():
             return super().forward_sequence(x, state, episode_starts)
+
+    def sequence_outputs(self, x: Tensor) -> Tensor:
+        """One episode from an empty state, ``x`` [T, B, F] -> ``h_t`` [T, B, H], as one autograd node
+        with a hand-written backward (:func:`~recurbench.kernels.memattn.sequence.recurrent_sequence`);
+        ``expm(A)`` once for the whole sequence."""
+        rnn = self.rnn
+        bias = rnn.phi.bias if isinstance(rnn.phi, ModReLU) else None
+        return recurrent_sequence(rnn.input(x), rnn.recurrent.weight, bias, cell=rnn.nonlinearity)
 
 
 class AttentiveCore(MemoryCore):

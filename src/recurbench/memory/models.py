@@ -14,10 +14,10 @@ Faster paths give the same outputs as stepping (``tests/memory/test_memory_model
 * ``lstm``: the :class:`~recurbench.agents.cores.LSTMCore`'s own ``nn.LSTMCell`` parameters run
   through ``nn.LSTM``'s fused sequence kernel (the two share their weight layout), since nothing
   resets within a sequence. About 3x the steps per second of the step loop on a CPU.
-* the attentive cores (MemLSTM, RelLSTM, MemRNN, RelRNN): the core's
-  :meth:`~recurbench.agents.cores.AttentiveCore.sequence_outputs`, the whole sequence as one autograd
-  node with a hand-written backward (:mod:`recurbench.kernels.memattn.sequence`).
-* the others (orth-RNN, expRNN, SAB), with ``compile_core=True`` when gradients are recorded: the
+* the attentive cores (MemLSTM, RelLSTM, MemRNN, RelRNN) and the RNNs (orth-RNN, expRNN): the core's
+  ``sequence_outputs``, the whole sequence as one autograd node with a hand-written backward
+  (:mod:`recurbench.kernels.memattn.sequence`).
+* SAB, with ``compile_core=True`` when gradients are recorded: the
   core's :meth:`cell` compiled by ``torch.compile`` and stepped exactly as ``MemoryCore.step`` does
   (``reset``, then ``cell``), for a compilation of 10-60 s per process and core shape.
 
@@ -39,7 +39,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.nn.utils import parametrize
 
-from recurbench.agents.cores import CORES, AttentiveCore, LSTMCore, MemoryCore, State, make_core
+from recurbench.agents.cores import CORES, AttentiveCore, LSTMCore, MemoryCore, RNNCore, State, make_core
 from recurbench.agents.recurrent_init import SCHEMES, check_nonlinearity, check_scheme
 from recurbench.errors import ConfigError
 
@@ -263,7 +263,7 @@ class MemorySequenceModel(nn.Module):
             raise ValueError(f"MemorySequenceModel: unknown path {path!r}; choose {', '.join(PATHS)}")
         if path == "fast" and type(self.core) is LSTMCore:
             return self.head(self._fused_lstm(tokens).transpose(0, 1))
-        if path == "fast" and isinstance(self.core, AttentiveCore):
+        if path == "fast" and isinstance(self.core, AttentiveCore | RNNCore):
             return self.head(self.core.sequence_outputs(self._inputs(tokens)[0]).transpose(0, 1))
         if path == "history" and (history := self._history_outputs(tokens)) is not None:
             return self.head(torch.stack(history, dim=1))

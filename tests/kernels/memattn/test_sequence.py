@@ -65,3 +65,21 @@ def test_bad_arguments_are_refused():
     with pytest.raises(ValueError, match="need nu >= 1"):
         attentive_sequence(xw, w, torch.zeros(3, 8), torch.zeros(3), torch.zeros(3, 8), torch.zeros(3), cell="tanh",
                            nu=0, rho=1)
+
+
+@pytest.mark.parametrize(("name", "settings"), [("rnn", {"nonlinearity": "modrelu"}), ("rnn", {"nonlinearity": "tanh"}),
+                                                ("rnn", {"nonlinearity": "relu"}), ("exprnn", {"nonlinearity": "modrelu"})])
+def test_the_rnns_sequence_matches_the_reference_step_in_float64(name, settings):
+    torch.manual_seed(0)
+    core = make_core(name, 6, 8, **settings).double()
+    x = torch.randn(30, 3, 6, dtype=torch.float64, requires_grad=True)
+    weight = torch.randn(30, 3, 8, dtype=torch.float64)
+    expected = _reference(core, x)
+    got = core.sequence_outputs(x)
+    torch.testing.assert_close(got, expected, rtol=0, atol=1e-12)
+    inputs = [x, *core.parameters()]
+    names = ["x", *(n for n, _ in core.named_parameters())]
+    want = torch.autograd.grad((expected * weight).sum(), inputs)
+    have = torch.autograd.grad((got * weight).sum(), inputs)
+    for n, a, b in zip(names, have, want, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-12, msg=n)

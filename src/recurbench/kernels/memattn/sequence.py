@@ -286,4 +286,51 @@ def attentive_sequence(xw: Tensor, w_rec: Tensor, wq: Tensor, bq: Tensor, wk: Te
     return _AttentiveSequence.apply(xw, w_rec, wq, bq, wk, v, bias, cell, nu, rho)
 
 
-__all__ = ["CELLS", "attentive_sequence"]
+
+
+
+class _RecurrentSequence(torch.autograd.Function):
+    """``h_t = phi(xw_t + V h_{t-1})`` from ``h_{-1} = 0``: the RNN cores without attention."""
+
+    @staticmethod
+    def forward(ctx: Any, xw: Tensor, w_rec: Tensor, bias: Tensor, cell: str) -> Tensor:
+        T, B, H = xw.shape
+        hs, pres = xw.new_empty(T, B, H), xw.new_empty(T, B, H)
+        h_t, pre_t, xw_t = hs.unbind(0), pres.unbind(0), xw.unbind(0)
+        w_t = w_rec.t()
+        h = xw.new_zeros(B, H)
+        for t in range(T):
+            pre = torch.addmm(xw_t[t], h, w_t, out=pre_t[t])
+            h = _activate(pre, cell, bias, out=h_t[t])
+        ctx.cell = cell
+        ctx.save_for_backward(w_rec, bias, hs, pres)
+        return hs.clone()
+
+    @staticmethod
+    def backward(ctx: Any, grad_out: Tensor) -> tuple[Tensor | None, ...]:
+        w_rec, bias, hs, pres = ctx.saved_tensors
+        T, B, H = hs.shape
+        slope = _slope(ctx.cell, pres, hs, bias)
+        d_pre = torch.empty_like(pres)
+        d_pre_t, slope_t, grad_t = d_pre.unbind(0), slope.unbind(0), grad_out.unbind(0)
+        dh = torch.zeros_like(hs[0])  # dL/dh_t through h_{t+1}
+        for t in range(T - 1, -1, -1):
+            da = torch.mul(dh.add_(grad_t[t]), slope_t[t], out=d_pre_t[t])
+            dh = da @ w_rec
+        h_prev = torch.cat([torch.zeros_like(hs[:1]), hs[:-1]])
+        d_w_rec = d_pre.reshape(T * B, H).t() @ h_prev.reshape(T * B, H)
+        d_bias = (d_pre * torch.sign(pres)).sum(dim=(0, 1)) if ctx.cell == "modrelu" else torch.zeros_like(bias)
+        return d_pre, d_w_rec, d_bias, None
+
+
+def recurrent_sequence(xw: Tensor, w_rec: Tensor, bias: Tensor | None = None, *, cell: str) -> Tensor:
+    """The outputs ``h_t`` [T, B, H] of a vanilla RNN from ``h_{-1} = 0``: ``xw`` [T, B, H] the input
+    projections with the bias, ``w_rec`` [H, H], ``bias`` [H] modReLU's; ``cell`` ``tanh``, ``relu``
+    or ``modrelu``. One autograd node with a hand-written backward, as :func:`attentive_sequence`."""
+    if cell not in CELLS or cell == "lstm":
+        raise ValueError(f"recurrent_sequence: unknown cell {cell!r}; choose tanh, relu or modrelu")
+    if bias is None:
+        bias = xw.new_zeros(w_rec.shape[1])
+    return _RecurrentSequence.apply(xw, w_rec, bias, cell)
+
+__all__ = ["CELLS", "attentive_sequence", "recurrent_sequence"]
