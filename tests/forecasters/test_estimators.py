@@ -295,6 +295,21 @@ def test_update_refuses_rows_that_leave_a_gap_after_the_series():
     assert InformerForecaster(**TINY, max_epochs=1).fit(y.iloc[:130], fh=[1, 2]).fit(y.iloc[135:], fh=[1, 2]).is_fitted
 
 
+def test_update_with_renamed_columns_and_a_reversed_index_are_refused_by_name():
+    """Where numpy's broadcasting error and sktime's generic one said neither what nor how to fix it."""
+    y = hourly_frame(160)
+    f = InformerForecaster(**TINY, max_epochs=1).fit(y.iloc[:130], fh=[1, 2])
+    cutoff = f.cutoff
+    renamed = y.iloc[130:140].rename(columns={y.columns[-1]: "renamed"})
+    with pytest.raises(ValueError, match=r"^InformerForecaster: update's y has the columns \[.*'renamed'\], the fitted "
+                                         r"series \[.*\]: pass the same columns, in the same order$"):
+        f.update(renamed)
+    assert f.cutoff.equals(cutoff)
+    with pytest.raises(ValueError, match=rf"^InformerForecaster: y's index is not in increasing order: {y.index[138]} "
+                                         rf"\(row 1\) comes after {y.index[139]}; sort it first"):
+        f.update(y.iloc[130:140].iloc[::-1])
+
+
 def test_verbose_prints_a_line_per_epoch_and_per_validation_check(capsys):
     y = hourly_frame(200)
     quiet = InformerForecaster(**TINY, max_epochs=2, val_size=0.25).fit(y, fh=[1, 2])

@@ -161,6 +161,20 @@ def _off_step(index: pd.Index) -> tuple[int, str | None] | None:
     return tail, _step_of(index[tail:])
 
 
+def _refuse_unsorted(name: str, y: Any) -> None:
+    """Raise a ValueError naming the first row at which ``y``'s index goes back (sktime's own error for
+    a reversed index does not say which rows, nor how to fix it)."""
+    index = getattr(y, "index", None)
+    if not isinstance(index, pd.Index) or isinstance(index, pd.MultiIndex) or index.is_monotonic_increasing:
+        return
+    try:
+        back = next(i for i in range(1, len(index)) if not index[i] > index[i - 1])
+    except TypeError:
+        return  # labels that do not compare: sktime says so
+    raise ValueError(f"{name}: y's index is not in increasing order: {_label(index[back])} (row {back}) comes after "
+                     f"{_label(index[back - 1])}; sort it first (y.sort_index()), and drop repeated labels")
+
+
 def _refuse_irregular(name: str, index: pd.Index, *, update: bool = False) -> None:
     """Raise a ValueError naming the first row at which ``index`` is not equally spaced. ``update``: the
     index is the fitted input window joined with ``update``'s rows, and the error says that rows missing
@@ -439,10 +453,14 @@ class WindowedTorchForecaster(BaseForecaster):
         name = type(self).__name__
         if y is not None:
             _refuse_nonfinite(name, y)
+            _refuse_unsorted(name, y)
         X_inner, y_inner = super()._check_X_y(X=X, y=y, **kwargs)
         if isinstance(y_inner, pd.DataFrame):  # a panel is fitted series by series, each checked then
             _refuse_irregular(name, y_inner.index)
             if self.is_fitted and getattr(self, "history_", None) is not None:  # update (fit resets first)
+                if list(y_inner.columns) != list(self.history_.columns):
+                    raise ValueError(f"{name}: update's y has the columns {list(y_inner.columns)}, the fitted series "
+                                     f"{list(self.history_.columns)}: pass the same columns, in the same order")
                 _refuse_irregular(name, self.history_.index.union(y_inner.index), update=True)
         return X_inner, y_inner
 
