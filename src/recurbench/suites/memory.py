@@ -1,30 +1,41 @@
-"""The ``memory`` suite: Kerg et al. (2020), App. C-D -- copy and denoise with the agents' memory cores.
+"""The ``memory`` suite: Kerg et al. (2020), App. C-D -- copy and denoise with the agents' memory cores
+(Table 5's seven models: ``lstm``, ``rnn`` = orth-RNN, ``exprnn``, ``memrnn``, ``sab``, ``relrnn``,
+``rellstm``; and ``memlstm``).
 
 ``plan`` expands a profile into one run per task x delay T x core x seed, plus its kappa sweeps (App.
 C, the rebuttal's kappa = nu + rho trade-off): RelLSTM runs at one task and T with ``nu + rho = kappa``
 for each kappa, nu (or rho) held at the sweep's value. A sweep run at the settings of a run of the
-grid is not planned twice. Everything is checked before anything trains: names (``--tasks``,
-``--models``), delays (``--lengths``), the task layout, nu / rho / kappa. A sweep is planned when its
-task and ``rellstm`` are selected and, with ``--lengths`` given, its T is among them.
+grid is not planned twice. ``models_by_length`` narrows the models at some T (Table 5 runs three at
+T = 500). Each core trains at the profile's ``model`` and ``training`` with its ``per_model`` keys over
+them (Tables 6-7 give each model its own optimiser, rate and nonlinearity). Everything is checked
+before anything trains: names (``--tasks``, ``--models``), delays (``--lengths``), the task layout,
+nu / rho / kappa, each core's settings and those that must fit the sequences (SAB's ``topk``,
+``memory_stride``, ``truncate``), an error naming the key (``per_model.<core>.model.<key>`` where
+that block set it). A sweep is planned when its task and ``rellstm`` are selected and, with
+``--lengths`` given, its T is among them.
 
-Runs are tagged ``task``, ``T``, ``model``, ``nu``, ``rho`` (``-`` for the LSTM; MemLSTM: its window
-and 0), ``study`` (``table5`` for the grid, ``kappa`` for sweep-only runs) and ``sweep`` (the sweeps the
-run is a point of, e.g. ``nu=15``; ``-`` for none). ``execute`` trains a
+Runs are tagged ``task``, ``T``, ``model``, ``nu``, ``rho`` (a relevancy-screened core's; MemLSTM's
+and MemRNN's: the window and 0; ``-`` for the others), ``study`` (``table5`` for the grid, ``kappa``
+for sweep-only runs) and ``sweep`` (the sweeps the run is a point of, e.g. ``nu=15``; ``-`` for none).
+A run's params hold the network settings its core reads (:data:`CORE_SETTINGS`). ``execute`` trains a
 :class:`~recurbench.memory.models.MemorySequenceModel` (:func:`~recurbench.memory.training.train_memory_task`)
 and logs, per run:
 
 * per log window (step = updates): ``loss`` (training loss) and ``train_accuracy`` (training-batch
   accuracy at the scored steps), the reference code's logged values;
+* per evaluation during training (``training.eval_every``; step = updates): ``eval_accuracy``
+  (held-out); two in a row at ``training.solve_threshold`` stop the run;
 * at the end: ``accuracy`` (held-out), ``final_loss``, ``grad_first_init`` / ``grad_first_final``
   (mean ``||dL2/dh_t||`` over the c data steps, at initialisation and after training),
   ``grad_ratio_init`` / ``grad_ratio_final`` (the norm at t = 1 over the norm at t = T, 1-based: the
   issue's measure of decay over the delay; 0 where the first step's norm underflowed),
-  ``updates_per_second``, ``n_params``;
+  ``updates_per_second``, ``n_params``, ``updates`` (run), ``solved`` (1 or 0) and ``solved_at`` (the
+  update of the second solved evaluation; NaN when not solved);
 * artifacts ``gradient_norms.json`` (``||dL2/dh_t||`` for every t, both times) with its figure
   ``gradient_norms.png`` (log scale against t), and ``loss_curve.json``.
 
-``summary_rows`` sets the copy accuracies beside Table 5's LSTM and RelLSTM columns
-(``reference/kerg_table5_copy.csv``).
+``summary_rows`` sets the copy accuracies, with the updates behind them (:func:`budget_text`), beside
+Table 5's cell for each model (``reference/kerg_table5_copy.csv``).
 """
 
 from __future__ import annotations
