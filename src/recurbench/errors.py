@@ -19,5 +19,6 @@ class ConfigError(RecurbenchError, ValueError):
 
 
 class DataWarning(UserWarning):
-    """A registered dataset's file is not the one its registry entry pins (its sha256 differs): runs on
-    it proceed, but their results need not compare with the published ones."""
+    """Runs proceed on data whose results need not compare with the published ones: a registered
+    dataset's file that is not the one its registry entry pins (its sha256 differs), or a MiniGrid
+    train/test pair from two families."""

@@ -123,6 +123,25 @@ def test_a_pair_given_on_the_command_line_runs_without_a_file():
                         data_dir=None)
 
 
+def test_a_pair_from_two_families_is_taken_with_a_note():
+    """Train on one MiniGrid family, test on another: planned (a user may mean it), with a warning that
+    the test reward then measures another task; a pair within one family says nothing."""
+    from recurbench.errors import DataWarning
+
+    definition, paper = load_profile("minigrid", "paper")
+    with pytest.warns(DataWarning, match=r"^--pair\.0 'MiniGrid-MemoryS7-v0:MiniGrid-DoorKey-8x8-v0': train and test "
+                                         r"come from two MiniGrid families \(Memory, DoorKey\)"):
+        (plan,) = definition.plan(paper, {"pairs": ["MiniGrid-MemoryS7-v0:MiniGrid-DoorKey-8x8-v0"], "models": ["lstm"]},
+                                  data_dir=None)
+    assert plan.params["test_env"] == "MiniGrid-DoorKey-8x8-v0"
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", DataWarning)
+        definition.plan(paper, {"pairs": ["MiniGrid-MemoryS7-v0:MiniGrid-MemoryS13Random-v0"], "models": ["lstm"]},
+                        data_dir=None)
+
+
 @pytest.mark.parametrize(
     "pair,message",
     [

@@ -21,7 +21,9 @@ RelLSTM only), with how the paper's code produced them (:data:`recurbench.refere
 from __future__ import annotations
 
 import math
+import re
 import statistics
+import warnings
 from collections.abc import Mapping, Sequence
 from functools import lru_cache
 from typing import Annotated, Any
@@ -34,7 +36,7 @@ from recurbench.agents.training import CoreSettings, PPOSettings, mission_len, t
 from recurbench.config import StrictModel, Unique, check_names, check_unique, known_name
 from recurbench.envs import ENV_PAIRS, EnvPair, parse_pair
 from recurbench.envs.minigrid import check_env
-from recurbench.errors import ConfigError
+from recurbench.errors import ConfigError, DataWarning
 from recurbench.records import logged_settings
 from recurbench.reference import KERG_TABLE4_CAVEAT, read_table
 from recurbench.suites.base import (
@@ -124,9 +126,21 @@ def selected_pairs(profile: MinigridProfile, selection: Mapping[str, Any]) -> li
     pairs = [known[name] for name in names]
     for i, text in enumerate(selection.get("pairs") or ()):
         parsed = parse_pair(text, f"--pair.{i}")
+        if (train := env_family(parsed.train)) != (test := env_family(parsed.test)):
+            warnings.warn(f"--pair.{i} {text!r}: train and test come from two MiniGrid families ({train}, {test}): "
+                          "the test reward then measures another task, not generalisation to a harder one of the same "
+                          "task, and the generalisation ratio does not read as the paper's", DataWarning, stacklevel=2)
         pairs.append(by_ids.get((parsed.train, parsed.test), parsed))
     check_unique([p.name for p in pairs], "env pair", "--envs/--pair")
     return pairs
+
+
+def env_family(env_id: str) -> str:
+    """The family of a MiniGrid id: its name without the size suffix (``MiniGrid-MemoryS7-v0`` ->
+    ``Memory``, ``MiniGrid-DoorKey-8x8-v0`` -> ``DoorKey``, ``MiniGrid-LavaCrossingS9N1-v0`` ->
+    ``LavaCrossing``)."""
+    parts = env_id.split("-")
+    return re.sub(r"(S\d+\w*|\d+)$", "", parts[1]) if len(parts) > 2 else env_id
 
 
 def check_pair_envs(pairs: Sequence[EnvPair], core: CoreSettings) -> None:
