@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import pickle
 
 import pytest
 import torch
@@ -185,6 +186,9 @@ def test_table5_profile_is_the_paper_profile_narrowed():
                and p.params["training"]["solve_threshold"] == 0.99 for p in plans)
     # Every run is at the paper profile's settings: compare sets it beside Table 5 without a caveat.
     assert paper_differences(suite, ((p.tags, logged_settings(p.params)) for p in plans)) == []
+    # The profile and its plans travel to Ray workers pickled, per-model keys and all.
+    copy = pickle.loads(pickle.dumps(table5))
+    assert copy == table5 and [p.params for p in suite.plan(copy, {}, data_dir=None)] == [p.params for p in plans]
 
 
 def test_a_run_stops_once_solved_and_logs_when(tmp_path):

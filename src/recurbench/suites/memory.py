@@ -125,19 +125,19 @@ class TrainingSettings(StrictModel):
     solve_threshold: float = Field(0.99, gt=0, le=1)
 
 
-def _overrides(settings: type[StrictModel]) -> Any:
+def _overrides(settings: type[StrictModel], name: str) -> Any:
     """``settings`` with every key optional: a model's own values over the profile's. Only the keys
     given count (``model_dump(exclude_unset=True)``); each is validated as in ``settings``, so a
     ``null`` passes only where ``settings`` takes one."""
     fields: dict[str, Any] = {}
-    for name, info in settings.model_fields.items():
+    for key, info in settings.model_fields.items():
         annotation = Annotated[(info.annotation, *info.metadata)] if info.metadata else info.annotation
-        fields[name] = (annotation, None)
-    return create_model(f"{settings.__name__}Overrides", __base__=StrictModel, __module__=__name__, **fields)
+        fields[key] = (annotation, None)
+    return create_model(name, __base__=StrictModel, __module__=__name__, **fields)  # picklable by its name
 
 
-ModelOverrides = _overrides(ModelSettings)
-TrainingOverrides = _overrides(TrainingSettings)
+ModelOverrides = _overrides(ModelSettings, "ModelOverrides")
+TrainingOverrides = _overrides(TrainingSettings, "TrainingOverrides")
 
 
 class PerModel(StrictModel):
