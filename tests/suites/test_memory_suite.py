@@ -75,7 +75,7 @@ def test_shipped_profiles():
 
 
 def test_shipped_settings_are_what_plan_logs():
-    for profile in ("quick", "cpu", "paper"):
+    for profile in ("quick", "cpu", "table5", "paper"):
         suite, cfg = load_profile("memory", profile)
         shipped = {tuple(sorted(tags.items())): params for tags, params in suite.shipped_settings(cfg)}
         for plan in suite.plan(cfg, {}, data_dir=None):
