@@ -168,8 +168,8 @@ class Tracker(ABC):
     ) -> list[str]:
         """End ``status`` every RUNNING run of ``experiment`` that carries every tag in ``tags`` (and,
         with ``parent_id``, is nested under that run), with ``reason`` as its ``error`` tag; their ids.
-        For runs whose process died without closing them: one driver per store at a time, so a
-        RUNNING run of a configuration this driver is about to run belongs to nobody."""
+        For runs whose process is known to have died without closing them: a Ray task's dead attempt
+        (under its own parent), or runs of this driver's own parent that it stops."""
 
     @abstractmethod
     def end_runs(self, run_ids: Sequence[str], reason: str, *, status: str = "FAILED") -> list[str]:
