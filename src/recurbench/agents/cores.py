@@ -119,6 +119,10 @@ class MemoryCore(nn.Module, ABC):
         """Parameters that train at their own learning rate (expRNN's orthogonal ones); none by default."""
         return []
 
+    compilable: bool = True
+    """Whether :meth:`cell` keeps its state's shapes from step to step, so that ``torch.compile``
+    compiles it once (SAB's memory grows: compiling it would recompile at every stored state)."""
+
     def prepare_replay(self, state: State) -> State:
         """Recompute the parts of a stored state derived from parameters (before a training replay)."""
         return state
@@ -453,6 +457,8 @@ class SABCore(MemoryCore):
     (``n`` is shared), which a sequence task's batch does and the agents' environments do not: SAB is
     not an agent core (:data:`CORES`).
     """
+
+    compilable = False
 
     def __init__(self, input_size: int, hidden_size: int, *, topk: int = 10, truncate: int = 10,
                  memory_stride: int = 2, attention_size: int = 64) -> None:

@@ -269,7 +269,7 @@ class MemorySequenceModel(nn.Module):
             return self.head(torch.stack(history, dim=1))
         cell = None
         # Compiled for training only: under no_grad (evaluation) torch.compile would compile again.
-        compiled = path == "compiled" or (path == "fast" and self.compile_core)
+        compiled = path == "compiled" or (path == "fast" and self.compile_core and self.core.compilable)
         if compiled and torch.is_grad_enabled():
             if self._compiled_cell is None:
                 self._compiled_cell = torch.compile(self.core.cell, dynamic=False)
