@@ -108,24 +108,55 @@ def _finite_gradients(module: nn.Module, inputs: Sequence[Tensor]) -> None:
             _fail(f"the gradient does not reach input {i} finite and non-zero")
 
 
-def _reloaded(module: nn.Module, rebuild: Callable[[], nn.Module]) -> nn.Module:
-    """``rebuild()`` (seeded differently) with ``module``'s ``state_dict`` through bytes, strict."""
-    buffer = io.BytesIO()
-    torch.save(module.state_dict(), buffer)
-    buffer.seek(0)
-    torch.manual_seed(12345)
-    fresh = rebuild()
-    fresh.load_state_dict(torch.load(buffer, weights_only=True))
-    return fresh.eval()
+class _Kit:
+    """What every kit shares: seeded builds, the standard input's outputs (:meth:`outputs`, by the
+    subclass), and the properties that only need those: ``builds``, ``deterministic``, ``serialisation``."""
 
+    kind: type[nn.Module] = nn.Module
 
-def _same_weights(a: nn.Module, b: nn.Module) -> None:
-    sa, sb = a.state_dict(), b.state_dict()
-    if list(sa) != list(sb):
-        _fail("two builds under one seed have different parameter names")
-    for key in sa:
-        if not torch.equal(sa[key], sb[key]):
-            _fail(f"two builds under one seed differ in {key}")
+    def __init__(self, factory: Callable[[], nn.Module], seed: int) -> None:
+        self.factory, self.seed = factory, seed
+        self.module: Any = None
+
+    def build(self) -> Any:
+        torch.manual_seed(self.seed)
+        return self.factory()
+
+    def outputs(self, module: Any) -> Tensor:
+        """``module``'s outputs on the kit's standard input."""
+        raise NotImplementedError
+
+    def builds(self) -> None:
+        module = self.build()
+        if not isinstance(module, self.kind):
+            _fail(f"built {type(module).__name__}, not a {self.kind.__name__}")
+        self.module = module
+
+    def deterministic(self) -> None:
+        a, b = self.build().eval(), self.build().eval()
+        sa, sb = a.state_dict(), b.state_dict()
+        if list(sa) != list(sb):
+            _fail("two builds under one seed have different parameter names")
+        for key in sa:
+            if not torch.equal(sa[key], sb[key]):
+                _fail(f"two builds under one seed differ in {key}")
+        with torch.no_grad():
+            _same(self.outputs(a), self.outputs(b), "the outputs of two builds under one seed")
+
+    def serialisation(self) -> None:
+        """``state_dict`` through bytes into a fresh build (seeded otherwise), and ``copy.deepcopy``."""
+        module = self.module.eval()
+        buffer = io.BytesIO()
+        torch.save(module.state_dict(), buffer)
+        buffer.seek(0)
+        torch.manual_seed(self.seed + 12345)
+        fresh = self.factory()
+        fresh.load_state_dict(torch.load(buffer, weights_only=True))
+        with torch.no_grad():
+            want = self.outputs(module)
+            _same(self.outputs(fresh.eval()), want, "outputs after a state_dict round trip")
+            _same(self.outputs(copy.deepcopy(module)), want, "outputs after copy.deepcopy")
+        module.train()
 
 
 # -- memory cores ------------------------------------------------------------------------------------
@@ -178,17 +209,19 @@ def check_core(core: str | type | Callable[[], MemoryCore], *, input_size: int =
     return _Checks(subject).run([(name, getattr(kit, name)) for name in _CoreKit.PROPERTIES])
 
 
-class _CoreKit:
+class _CoreKit(_Kit):
     """The properties of :func:`check_core`, in order, on one batch of ``B`` rows and ``T`` steps."""
 
     PROPERTIES = ("builds", "initial_state", "shapes", "episode_start_resets", "acting_training_predict",
                   "rows_independent", "finite_gradients", "deterministic", "serialisation", "orthogonal_parameters")
     B, T = 3, 7
 
+    kind = MemoryCore
+
     def __init__(self, factory: Callable[[], MemoryCore], input_size: int, hidden_size: int, lockstep: bool,
                  seed: int) -> None:
-        self.factory, self.input_size, self.hidden_size, self.lockstep, self.seed = (
-            factory, input_size, hidden_size, lockstep, seed)
+        super().__init__(factory, seed)
+        self.input_size, self.hidden_size, self.lockstep = input_size, hidden_size, lockstep
         g = torch.Generator().manual_seed(seed)
         B, T = self.B, self.T
         self.xs = torch.randn(T, B, input_size, generator=g)
@@ -198,11 +231,10 @@ class _CoreKit:
         else:  # row 0 at t = 0 and 3; row 1 at t = 0 only; row 2 at t = 0, 1 and 5
             self.starts[0] = 1.0
             self.starts[3, 0] = self.starts[1, 2] = self.starts[5, 2] = 1.0
-        self.core: MemoryCore
 
-    def build(self) -> MemoryCore:
-        torch.manual_seed(self.seed)
-        return self.factory()
+    @property
+    def core(self) -> MemoryCore:
+        return self.module
 
     def outputs(self, module: MemoryCore, xs: Tensor | None = None, starts: Tensor | None = None) -> Tensor:
         xs = self.xs if xs is None else xs
@@ -210,13 +242,10 @@ class _CoreKit:
         return module.forward_sequence(xs, module.initial_state(xs.shape[1]), starts)[0]
 
     def builds(self) -> None:
-        module = self.build()
-        if not isinstance(module, MemoryCore):
-            _fail(f"built {type(module).__name__}, not a MemoryCore")
-        if (module.input_size, module.hidden_size) != (self.input_size, self.hidden_size):
-            _fail(f"input_size, hidden_size are {module.input_size}, {module.hidden_size}; built with "
+        super().builds()
+        if (self.core.input_size, self.core.hidden_size) != (self.input_size, self.hidden_size):
+            _fail(f"input_size, hidden_size are {self.core.input_size}, {self.core.hidden_size}; built with "
                   f"{self.input_size}, {self.hidden_size}")
-        self.core = module
 
     def initial_state(self) -> None:
         state = self.core.initial_state(self.B, "cpu")
@@ -282,20 +311,6 @@ class _CoreKit:
         x = self.xs.clone().requires_grad_(True)
         self.outputs(module, x).square().mean().backward()
         _finite_gradients(module, [x])
-
-    def deterministic(self) -> None:
-        a, b = self.build().eval(), self.build().eval()
-        _same_weights(a, b)
-        with torch.no_grad():
-            _same(self.outputs(a), self.outputs(b), "the outputs of two builds under one seed")
-
-    def serialisation(self) -> None:
-        module = self.core.eval()
-        fresh, copied = _reloaded(module, self.factory), copy.deepcopy(module)
-        with torch.no_grad():
-            want = self.outputs(module)
-            _same(self.outputs(fresh), want, "outputs after a state_dict round trip")
-            _same(self.outputs(copied), want, "outputs after copy.deepcopy")
 
     def orthogonal_parameters(self) -> None:
         listed = list(getattr(self.core, "orthogonal_parameters", lambda: [])())
@@ -365,81 +380,64 @@ def check_forecaster(model: str | type | Callable[..., nn.Module], *, cfg: Forec
     """
     cfg = cfg or FORECASTER_CONFIG
     subject, factory = _forecaster_factory(model, cfg)
-    B, C, P = 3, cfg.n_features, cfg.pred_len
-    g = torch.Generator().manual_seed(seed)
-    x = torch.randn(B, cfg.seq_len, C, generator=g)
-    x_mark = torch.rand(B, cfg.seq_len, cfg.n_marks, generator=g) - 0.5
-    y_mark = torch.rand(B, cfg.label_len + P, cfg.n_marks, generator=g) - 0.5
-    built: dict[str, nn.Module] = {}
+    kit = _ForecasterKit(factory, cfg, seed)
+    return _Checks(subject).run([(name, getattr(kit, name)) for name in _ForecasterKit.PROPERTIES])
 
-    def build() -> nn.Module:
-        torch.manual_seed(seed)
-        return factory()
 
-    def forecast(module: nn.Module, *inputs: Tensor) -> Tensor:
-        torch.manual_seed(seed)
-        return module(*(inputs or (x, x_mark, y_mark)))
+class _ForecasterKit(_Kit):
+    """The properties of :func:`check_forecaster` on one batch of ``B`` windows."""
 
-    def builds() -> None:
-        module = build()
-        if not isinstance(module, nn.Module):
-            _fail(f"built {type(module).__name__}, not an nn.Module")
-        built["model"] = module
+    PROPERTIES = ("builds", "shapes", "no_state_between_calls", "rows_independent", "finite_gradients",
+                  "deterministic", "serialisation")
+    B = 3
 
-    def shapes() -> None:
+    def __init__(self, factory: Callable[[], nn.Module], cfg: ForecasterConfig, seed: int) -> None:
+        super().__init__(factory, seed)
+        g = torch.Generator().manual_seed(seed)
+        self.shape = (self.B, cfg.pred_len, cfg.n_features)
+        self.x = torch.randn(self.B, cfg.seq_len, cfg.n_features, generator=g)
+        self.x_mark = torch.rand(self.B, cfg.seq_len, cfg.n_marks, generator=g) - 0.5
+        self.y_mark = torch.rand(self.B, cfg.label_len + cfg.pred_len, cfg.n_marks, generator=g) - 0.5
+
+    def outputs(self, module: nn.Module, *inputs: Tensor) -> Tensor:
+        torch.manual_seed(self.seed)  # ProbSparse samples its keys: one draw per call
+        return module(*(inputs or (self.x, self.x_mark, self.y_mark)))
+
+    def shapes(self) -> None:
         with torch.no_grad():
-            out = forecast(built["model"].eval())
-        if out.shape != (B, P, C):
-            _fail(f"forward returned {tuple(out.shape)}, expected [B, pred_len, C] = {(B, P, C)}")
-        if out.dtype != x.dtype or out.device != x.device:
-            _fail(f"forward returned {out.dtype} on {out.device}, the input is {x.dtype} on {x.device}")
+            out = self.outputs(self.module.eval())
+        if out.shape != self.shape:
+            _fail(f"forward returned {tuple(out.shape)}, expected [B, pred_len, C] = {self.shape}")
+        if out.dtype != self.x.dtype or out.device != self.x.device:
+            _fail(f"forward returned {out.dtype} on {out.device}, the input is {self.x.dtype} on {self.x.device}")
         if not torch.isfinite(out).all():
             _fail("forward returned non-finite values")
 
-    def no_state_between_calls() -> None:
-        module = built["model"]
+    def no_state_between_calls(self) -> None:
+        module = self.module
         with torch.no_grad():
-            first = forecast(module.eval())
-            forecast(module, torch.randn_like(x), x_mark, y_mark)  # another window in between
-            again = forecast(module)
-            training = forecast(module.train())
+            first = self.outputs(module.eval())
+            self.outputs(module, torch.randn_like(self.x), self.x_mark, self.y_mark)  # another window in between
+            again = self.outputs(module)
+            training = self.outputs(module.train())
         _same(again, first, "a window's forecast before and after another window's")
         _same(training, first, "train-mode (dropout 0) and eval-mode forecasts")
 
-    def rows_independent() -> None:
-        module = built["model"].eval()
+    def rows_independent(self) -> None:
+        module = self.module.eval()
+        changed = self.x.clone()
+        changed[0] += 1.0
         with torch.no_grad():
-            changed = x.clone()
-            changed[0] += 1.0
-            together = forecast(module, changed, x_mark, y_mark)
-            alone = forecast(module, x[1:2], x_mark[1:2], y_mark[1:2])
+            together = self.outputs(module, changed, self.x_mark, self.y_mark)
+            alone = self.outputs(module, self.x[1:2], self.x_mark[1:2], self.y_mark[1:2])
         _same(together[1:2], alone, "row 1 in a batch (another row changed) and alone")
 
-    def finite_gradients() -> None:
-        module = built["model"].train()
+    def finite_gradients(self) -> None:
+        module = self.module.train()
         module.zero_grad()
-        xg = x.clone().requires_grad_(True)
-        forecast(module, xg, x_mark, y_mark).square().mean().backward()
-        _finite_gradients(module, [xg])
-
-    def deterministic() -> None:
-        a, b = build().eval(), build().eval()
-        _same_weights(a, b)
-        with torch.no_grad():
-            _same(forecast(a), forecast(b), "the forecasts of two builds under one seed")
-
-    def serialisation() -> None:
-        module = built["model"].eval()
-        fresh = _reloaded(module, factory)
-        with torch.no_grad():
-            _same(forecast(fresh), forecast(module), "forecasts after a state_dict round trip")
-            _same(forecast(copy.deepcopy(module)), forecast(module), "forecasts after copy.deepcopy")
-
-    return _Checks(subject).run([
-        ("builds", builds), ("shapes", shapes), ("no_state_between_calls", no_state_between_calls),
-        ("rows_independent", rows_independent), ("finite_gradients", finite_gradients),
-        ("deterministic", deterministic), ("serialisation", serialisation),
-    ])
+        x = self.x.clone().requires_grad_(True)
+        self.outputs(module, x, self.x_mark, self.y_mark).square().mean().backward()
+        _finite_gradients(module, [x])
 
 
 # -- language models ---------------------------------------------------------------------------------
@@ -480,82 +478,69 @@ def check_language_model(model: str | type | Callable[..., nn.Module], *, cfg: L
     """
     cfg = cfg or LANG_CONFIG
     subject, factory = _language_factory(model, cfg)
+    kit = _LanguageKit(factory, seed)
+    return _Checks(subject).run([(name, getattr(kit, name)) for name in _LanguageKit.PROPERTIES])
+
+
+class _LanguageKit(_Kit):
+    """The properties of :func:`check_language_model` on ``B`` strings of ``T`` symbols (row 1 padded)."""
+
+    PROPERTIES = ("builds", "shapes", "no_state_between_calls", "causal", "rows_independent", "finite_gradients",
+                  "deterministic", "serialisation")
     B, T = 3, 9
-    g = torch.Generator().manual_seed(seed)
-    ids = torch.randint(1, VOCAB, (B, T), generator=g)
-    ids[1, 6:] = 0  # row 1: a shorter string, padded at the end
-    built: dict[str, nn.Module] = {}
 
-    def build() -> nn.Module:
-        torch.manual_seed(seed)
-        return factory()
+    def __init__(self, factory: Callable[[], nn.Module], seed: int) -> None:
+        super().__init__(factory, seed)
+        g = torch.Generator().manual_seed(seed)
+        self.ids = torch.randint(1, VOCAB, (self.B, self.T), generator=g)
+        self.ids[1, 6:] = 0  # row 1: a shorter string, padded at the end
 
-    def builds() -> None:
-        module = build()
-        if not isinstance(module, nn.Module):
-            _fail(f"built {type(module).__name__}, not an nn.Module")
-        built["model"] = module
+    def outputs(self, module: nn.Module, ids: Tensor | None = None) -> Tensor:
+        return module(self.ids if ids is None else ids)
 
-    def shapes() -> None:
+    def shapes(self) -> None:
         with torch.no_grad():
-            out = built["model"].eval()(ids)
-        if out.shape != (B, T, N_OUTPUTS):
-            _fail(f"forward returned {tuple(out.shape)}, expected [B, T, {N_OUTPUTS}] = {(B, T, N_OUTPUTS)}")
+            out = self.outputs(self.module.eval())
+        want = (self.B, self.T, N_OUTPUTS)
+        if out.shape != want:
+            _fail(f"forward returned {tuple(out.shape)}, expected [B, T, {N_OUTPUTS}] = {want}")
         if not torch.isfinite(out).all() or bool((out < 0).any() or (out > 1).any()):
             _fail("forward returned values outside [0, 1] (two sigmoid units per position)")
 
-    def no_state_between_calls() -> None:
-        module = built["model"]
+    def no_state_between_calls(self) -> None:
+        module = self.module
         with torch.no_grad():
-            first = module.eval()(ids)
-            module(torch.flip(ids, [1]).clamp(min=1))
-            again = module(ids)
-            training = module.train()(ids)
+            first = self.outputs(module.eval())
+            self.outputs(module, torch.flip(self.ids, [1]).clamp(min=1))
+            again = self.outputs(module)
+            training = self.outputs(module.train())
         _same(again, first, "a string's outputs before and after another call")
         _same(training, first, "train-mode (dropout 0) and eval-mode outputs")
 
-    def causal() -> None:
-        module = built["model"].eval()
-        changed = ids.clone()
-        changed[:, 5:] = 3 - changed[:, 5:].clamp(min=1)  # other symbols from position 5 on
+    def causal(self) -> None:
+        module = self.module.eval()
+        changed = self.ids.clone()
+        changed[:, 5:] = 3 - changed[:, 5:].clamp(min=1)  # the other symbol from position 5 on
         with torch.no_grad():
-            a, b = module(ids), module(changed)
-            short = module(ids[1:2, :6])
+            a, b = self.outputs(module), self.outputs(module, changed)
+            short = self.outputs(module, self.ids[1:2, :6])
         _same(b[:, :5], a[:, :5], "outputs at positions < 5 when positions >= 5 change")
         _same(a[1:2, :6], short, "a padded string's outputs and the same string unpadded")
 
-    def rows_independent() -> None:
-        module = built["model"].eval()
-        changed = ids.clone()
+    def rows_independent(self) -> None:
+        module = self.module.eval()
+        changed = self.ids.clone()
         changed[0] = 3 - changed[0]
         with torch.no_grad():
-            _same(module(changed)[1:2], module(ids[1:2]), "row 1 in a batch (another row changed) and alone")
+            _same(self.outputs(module, changed)[1:2], self.outputs(module, self.ids[1:2]),
+                  "row 1 in a batch (another row changed) and alone")
 
-    def finite_gradients() -> None:
-        module = built["model"].train()
+    def finite_gradients(self) -> None:
+        module = self.module.train()
         module.zero_grad()
-        out = module(ids)
+        out = self.outputs(module)
         nn.functional.binary_cross_entropy(out, torch.full_like(out, 0.5)).backward()
         _finite_gradients(module, [])
-
-    def deterministic() -> None:
-        a, b = build().eval(), build().eval()
-        _same_weights(a, b)
-        with torch.no_grad():
-            _same(a(ids), b(ids), "the outputs of two builds under one seed")
-
-    def serialisation() -> None:
-        module = built["model"].eval()
-        fresh = _reloaded(module, factory)
-        with torch.no_grad():
-            _same(fresh(ids), module(ids), "outputs after a state_dict round trip")
-            _same(copy.deepcopy(module)(ids), module(ids), "outputs after copy.deepcopy")
-
-    return _Checks(subject).run([
-        ("builds", builds), ("shapes", shapes), ("no_state_between_calls", no_state_between_calls),
-        ("causal", causal), ("rows_independent", rows_independent), ("finite_gradients", finite_gradients),
-        ("deterministic", deterministic), ("serialisation", serialisation),
-    ])
 
 
 # -- one entry point ---------------------------------------------------------------------------------
