@@ -110,6 +110,9 @@ def test_shipped_settings_are_what_plan_logs():
         # SAB at T = 3 (L = 7 steps, every 2nd state stored: 3): its k, or its stride, longer than that.
         ({"models": ["lstm", "sab"]}, {}, r"^model\.topk: .*\(copy at T = 3, model 'sab'\)"),
         ({"models": ["sab"], "per_model": {"sab": {"model": {"topk": 4}}}}, {}, r"^per_model\.sab\.model\.topk: "),
+        ({"models": ["sab"], "per_model": {"sab": {"model": {"topk": 1}, "tasks": {"copy": {"model": {"topk": 4}}}}}}, {},
+         r"^per_model\.sab\.tasks\.copy\.model\.topk: "),
+        ({"per_model": {"rnn": {"tasks": {"recall": {}}}}}, {}, r"per_model\.rnn\.tasks\.recall\.\[key\]: unknown memory task"),
         ({"models": ["sab"], "model": {"topk": 1, "memory_stride": 9}}, {}, r"^model\.memory_stride: "),
     ],
 )
@@ -153,17 +156,20 @@ def test_a_tiny_run_learns_copy_and_logs_everything(tmp_path):
 def test_per_model_settings_and_models_by_length(tmp_path):
     profile = {**TINY, "lengths": [3, 5], "models": ["lstm", "rnn", "exprnn"], "models_by_length": {5: ["exprnn"]},
                "per_model": {"exprnn": {"model": {"nonlinearity": "modrelu"},
-                                        "training": {"optimizer": "rmsprop", "orth_learning_rate": 1e-4}}}}
+                                        "training": {"optimizer": "rmsprop", "orth_learning_rate": 1e-4},
+                                        "tasks": {"copy": {"training": {"orth_learning_rate": 2e-4}},
+                                                  "denoise": {"training": {"learning_rate": 1.0}}}}}}
     result = run_suite("memory", "tiny", MemoryTracker(), config_path=_write(tmp_path, profile), dry_run=True)
     plans = {o.plan.name: o.plan for o in result.outcomes}
     assert list(plans) == ["copy-T3-lstm-s0", "copy-T3-rnn-s0", "copy-T3-exprnn-s0", "copy-T5-exprnn-s0"]
     exprnn, rnn = plans["copy-T3-exprnn-s0"].params, plans["copy-T3-rnn-s0"].params
     assert exprnn["network"]["nonlinearity"] == "modrelu" and rnn["network"]["nonlinearity"] == "tanh"
-    assert exprnn["training"]["optimizer"] == "rmsprop" and exprnn["training"]["orth_learning_rate"] == 1e-4
+    # The core's own keys over the profile's, its keys for the task (copy) over those; denoise's not run.
+    assert exprnn["training"]["optimizer"] == "rmsprop" and exprnn["training"]["orth_learning_rate"] == 2e-4
     # The other settings are the profile's; the override leaves the other cores alone.
     assert exprnn["training"]["learning_rate"] == rnn["training"]["learning_rate"] == 0.03
     assert rnn["training"]["optimizer"] == "adam" and rnn["training"]["orth_learning_rate"] is None
-    assert plans["copy-T3-exprnn-s0"].payload.training.orth_learning_rate == 1e-4
+    assert plans["copy-T3-exprnn-s0"].payload.training.orth_learning_rate == 2e-4
 
 
 def test_table5_profile_is_the_paper_profile_narrowed():
@@ -186,6 +192,11 @@ def test_table5_profile_is_the_paper_profile_narrowed():
                and p.params["training"]["solve_threshold"] == 0.99 for p in plans)
     # Every run is at the paper profile's settings: compare sets it beside Table 5 without a caveat.
     assert paper_differences(suite, ((p.tags, logged_settings(p.params)) for p in plans)) == []
+    # Table 7 (denoise) differs from Table 6 in RelRNN's row only: RMSprop and modReLU.
+    _, paper = load_profile("memory", "paper")
+    denoise = {p.tags["model"]: p.params for p in suite.plan(paper, {"tasks": ["denoise"], "lengths": ["100"]}, data_dir=None)}
+    assert denoise["relrnn"]["training"]["optimizer"] == "rmsprop" and denoise["relrnn"]["network"]["nonlinearity"] == "modrelu"
+    assert all(denoise[c]["training"] == by_model[c]["training"] for c in seven - {"relrnn"})
     # The profile and its plans travel to Ray workers pickled, per-model keys and all.
     copy = pickle.loads(pickle.dumps(table5))
     assert copy == table5 and [p.params for p in suite.plan(copy, {}, data_dir=None)] == [p.params for p in plans]

@@ -7,7 +7,8 @@ C, the rebuttal's kappa = nu + rho trade-off): RelLSTM runs at one task and T wi
 for each kappa, nu (or rho) held at the sweep's value. A sweep run at the settings of a run of the
 grid is not planned twice. ``models_by_length`` narrows the models at some T (Table 5 runs three at
 T = 500). Each core trains at the profile's ``model`` and ``training`` with its ``per_model`` keys over
-them (Tables 6-7 give each model its own optimiser, rate and nonlinearity). Everything is checked
+them, and its ``per_model.<core>.tasks.<task>`` keys over those (Tables 6-7 give each model its own
+optimiser, rate and nonlinearity, per task). Everything is checked
 before anything trains: names (``--tasks``, ``--models``), delays (``--lengths``), the task layout,
 nu / rho / kappa, each core's settings and those that must fit the sequences (SAB's ``topk``,
 ``memory_stride``, ``truncate``), an error naming the key (``per_model.<core>.model.<key>`` where
@@ -140,12 +141,18 @@ ModelOverrides = _overrides(ModelSettings, "ModelOverrides")
 TrainingOverrides = _overrides(TrainingSettings, "TrainingOverrides")
 
 
-class PerModel(StrictModel):
-    """One core's own settings over the profile's ``model`` and ``training`` (Tables 6 and 7 give each
-    model its own optimiser, rate and nonlinearity)."""
+class TaskOverrides(StrictModel):
+    """One core's settings for one task, over its own (Table 7's RelRNN row differs from Table 6's)."""
 
     model: ModelOverrides = ModelOverrides()  # type: ignore[valid-type]
     training: TrainingOverrides = TrainingOverrides()  # type: ignore[valid-type]
+
+
+class PerModel(TaskOverrides):
+    """One core's own settings over the profile's ``model`` and ``training`` (Tables 6 and 7 give each
+    model its own optimiser, rate and nonlinearity), and per task over those (``tasks``)."""
+
+    tasks: dict[_Task, TaskOverrides] = {}
 
 
 class KappaSweep(StrictModel):
@@ -254,18 +261,27 @@ def _check_memory(job: MemoryJob, lengths: Sequence[int], key: str) -> None:
             f"pass), more than this machine's {have / 2**30:.0f} GiB of memory")
 
 
-def _overridden(profile: MemoryProfile, core: str, block: str) -> dict[str, Any]:
-    """The keys of ``per_model.<core>.<block>`` the profile gives."""
+def _overridden(profile: MemoryProfile, core: str, task: str, block: str) -> dict[str, tuple[str, Any]]:
+    """The keys of ``block`` (``model`` or ``training``) that ``per_model.<core>`` sets for ``task``:
+    key -> (where it is set, value); ``per_model.<core>.tasks.<task>`` over ``per_model.<core>``."""
     own = profile.per_model.get(core)
-    return {} if own is None else getattr(own, block).model_dump(exclude_unset=True)
+    if own is None:
+        return {}
+    out = {k: (f"per_model.{core}.{block}", v) for k, v in getattr(own, block).model_dump(exclude_unset=True).items()}
+    if (for_task := own.tasks.get(task)) is not None:
+        out |= {k: (f"per_model.{core}.tasks.{task}.{block}", v)
+                for k, v in getattr(for_task, block).model_dump(exclude_unset=True).items()}
+    return out
 
 
-def _network(profile: MemoryProfile, core: str) -> SequenceModelConfig:
-    return SequenceModelConfig(core, **{**profile.model.model_dump(), **_overridden(profile, core, "model")})
+def _network(profile: MemoryProfile, core: str, task: str) -> SequenceModelConfig:
+    own = {k: v for k, (_, v) in _overridden(profile, core, task, "model").items()}
+    return SequenceModelConfig(core, **{**profile.model.model_dump(), **own})
 
 
-def _training(profile: MemoryProfile, core: str) -> MemoryTrainConfig:
-    return MemoryTrainConfig(**{**profile.training.model_dump(), **_overridden(profile, core, "training")})
+def _training(profile: MemoryProfile, core: str, task: str) -> MemoryTrainConfig:
+    own = {k: v for k, (_, v) in _overridden(profile, core, task, "training").items()}
+    return MemoryTrainConfig(**{**profile.training.model_dump(), **own})
 
 
 #: The settings of :class:`SequenceModelConfig` each core reads beside ``hidden_size`` and
@@ -314,9 +330,11 @@ def _check_network(profile: MemoryProfile, network: SequenceModelConfig, task: M
         network.check("model")
         network.check_sequence(task.seq_len, "model")
     except ConfigError as exc:
-        key = str(exc).partition(":")[0].removeprefix("model.")
-        block = f"per_model.{network.core}." if key in _overridden(profile, network.core, "model") else ""
-        raise ConfigError(f"{block}{exc} ({task.name} at T = {task.T}, model {network.core!r})") from None
+        head, _, rest = str(exc).partition(":")
+        key = head.removeprefix("model.")
+        if key in (own := _overridden(profile, network.core, task.name, "model")):
+            head = f"{own[key][0]}.{key}"
+        raise ConfigError(f"{head}:{rest} ({task.name} at T = {task.T}, model {network.core!r})") from None
 
 
 def _configuration(profile: MemoryProfile, task_name: str, T: int, network: SequenceModelConfig,
@@ -326,7 +344,7 @@ def _configuration(profile: MemoryProfile, task_name: str, T: int, network: Sequ
     task = make_task(task_name, T, copy_length=profile.task.copy_length, labels=profile.task.labels,
                      where=f"task {task_name!r} at T={T}")
     _check_network(profile, network, task)
-    training = _training(profile, network.core)
+    training = _training(profile, network.core, task_name)
     nu, rho = _memory_tags(network, task.seq_len)
     tags = {"task": task_name, "T": str(T), "model": network.core, "nu": nu, "rho": rho, "study": study,
             "sweep": ",".join(sweeps) or "-"}
@@ -351,7 +369,7 @@ def _sweeps(profile: MemoryProfile, tasks: Sequence[str], lengths: Sequence[int]
         if ks.task not in tasks or (lengths_selected and ks.T not in lengths):
             continue
         value = getattr(ks, ks.fixed)
-        base = replace(_network(profile, "rellstm"), **{ks.fixed: value})
+        base = replace(_network(profile, "rellstm", ks.task), **{ks.fixed: value})
         for network in kappa_variants(base, ks.kappas, fixed=ks.fixed, where=f"kappa_sweeps.{i}"):
             out.setdefault((ks.task, ks.T, network), []).append(f"{ks.fixed}={value}")
     return out
@@ -367,7 +385,7 @@ def _configurations(profile: MemoryProfile, tasks: Sequence[str], lengths: Seque
     for task_name in tasks:
         for T in lengths:
             for core in (c for c in models if profile.runs_at(c, T)):
-                network = _network(profile, core)
+                network = _network(profile, core, task_name)
                 grid.add((task_name, T, network))
                 yield _configuration(profile, task_name, T, network, "table5", sweeps.get((task_name, T, network), []))
     for (task_name, T, network), member_of in sweeps.items():
