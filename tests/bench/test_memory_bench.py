@@ -18,3 +18,28 @@ def test_rows_per_core_length_and_path():
 def test_an_unknown_path_is_named():
     with pytest.raises(ValueError, match="unknown path"):
         bench_memory(("lstm",), (5,), paths=("fused",))
+
+
+def test_the_bench_command_times_each_core_and_path():
+    import json
+
+    from typer.testing import CliRunner
+
+    from recurbench.cli import app
+
+    result = CliRunner().invoke(app, ["bench", "memory", "--cores", "relrnn,sab", "--lengths", "5", "--updates", "1",
+                                      "--paths", "fast,step", "--json"])
+    assert result.exit_code == 0, result.output
+    rows = json.loads(result.output)
+    assert [(r["core"], r["path"]) for r in rows] == [("relrnn", "fast"), ("relrnn", "step"), ("sab", "fast"),
+                                                      ("sab", "step")]
+    assert all(r["steps_per_cpu_s"] > 0 for r in rows)
+
+
+def test_the_bench_command_names_a_bad_path():
+    from typer.testing import CliRunner
+
+    from recurbench.cli import app
+
+    result = CliRunner().invoke(app, ["bench", "memory", "--paths", "fused"])
+    assert result.exit_code != 0 and "fused" in result.output

@@ -52,6 +52,7 @@ bench_app.command("kernels", cls=Command)(bench.bench_kernels_cmd)
 bench_app.command("memattn", cls=Command)(bench.bench_memattn_cmd)
 bench_app.command("rl", cls=Command)(bench.bench_rl_cmd)
 bench_app.command("langs", cls=Command)(bench.bench_langs_cmd)
+bench_app.command("memory", cls=Command)(bench.bench_memory_cmd)
 
 
 def main() -> None:

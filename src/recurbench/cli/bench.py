@@ -277,3 +277,40 @@ def bench_langs_cmd(
     body = [[r["language"], r["model"], r["attention"], f"{r['ms_per_batch']:.1f}", str(r["batches_per_epoch"]),
              f"{r['score_bin0_s']:.2f}", f"{r['score_bin1_s']:.2f}", f"{r['run_s'] / 60:.1f}"] for r in rows]
     console.print(table(f"langs recognisers, profile {profile} (1 thread each)", header, body))
+
+
+def bench_memory_cmd(
+    cores: Annotated[list[str] | None, typer.Option(
+        "--cores", help="Memory cores (default: Table 5's seven and MemLSTM).")] = None,
+    lengths: Annotated[list[str] | None, typer.Option("--lengths", help="Copy delays T (default: 500).")] = None,
+    paths: Annotated[list[str] | None, typer.Option(
+        "--paths", help="fast (the training path), step (the agents' step loop), compiled (a torch.compile'd "
+                        "cell), history (MemLSTM's append-only history); default: fast and compiled.")] = None,
+    updates: Annotated[int, typer.Option("--updates", help="Timed updates per core, T and path (after one warm-up).")] = 3,
+    threads: Annotated[int, typer.Option("--threads", help="torch threads.")] = 1,
+    as_json: JsonOpt = False,
+) -> None:
+    """Memory-task training speed per core (copy, batch 10, width 128): steps per CPU-second and per second."""
+    from recurbench.agents.cores import CORES  # noqa: PLC0415 - torch
+    from recurbench.bench.memory import bench_memory  # noqa: PLC0415 - torch
+    from recurbench.memory.models import PATHS  # noqa: PLC0415 - torch
+
+    chosen = split_csv(cores) or ["lstm", "rnn", "exprnn", "memrnn", "sab", "relrnn", "rellstm", "memlstm"]
+    check_names(chosen, CORES, "memory core", "--cores")
+    chosen_paths = split_csv(paths) or ["fast", "compiled"]
+    check_names(chosen_paths, dict.fromkeys(PATHS), "path", "--paths")
+    try:
+        delays = [int(v) for v in split_csv(lengths) or ["500"]]
+    except ValueError:
+        raise RecurbenchError(f"--lengths takes whole numbers such as 100,500, got {','.join(lengths or [])!r}") from None
+    at_least(1, updates=updates, threads=threads, lengths=min(delays))
+    with console.status("benchmarking") as status:
+        rows = bench_memory(chosen, delays, updates=updates, threads=threads, paths=chosen_paths,
+                            progress=lambda what: status.update(f"benchmarking {what}"))
+    if as_json:
+        return print_json(rows)
+    first = {(r["core"], r["T"]): r["steps_per_cpu_s"] for r in rows if r["path"] == chosen_paths[-1]}
+    header = ["core", "T", "path", "steps/CPU-s", "steps/s (wall)", f"vs {chosen_paths[-1]} (CPU)"]
+    body = [[r["core"], str(r["T"]), r["path"], f"{r['steps_per_cpu_s']:.0f}", f"{r['steps_per_s']:.0f}",
+             f"{r['steps_per_cpu_s'] / first[(r['core'], r['T'])]:.2f}x"] for r in rows]
+    console.print(table(f"memory-task training, copy, batch 10, width 128 ({threads} thread)", header, body))
