@@ -74,7 +74,7 @@ def _one_line(exc: BaseException) -> str:
 def first_doc_line(obj: object) -> str:
     """The first line of ``obj``'s docstring (what ``recurbench list`` shows of a plugin)."""
     doc = (getattr(obj, "__doc__", None) or "").strip()
-    return doc.splitlines()[0] if doc else ""
+    return doc.splitlines()[0].replace("``", "") if doc else ""
 
 
 def import_target(target: str, what: str) -> object:
@@ -127,10 +127,13 @@ class PluginRegistry(Mapping[str, T], Generic[T]):
     adapt : callable
         ``adapt(obj, name) -> entry``: the registry's entry for an object a plugin provides (a class
         that keeps the kind's contract, or a ready entry); raises ``TypeError`` for anything else.
+    quick_path : bool
+        Whether a ``module.path:ClassName`` name is looked up (models: yes; suites: no).
     """
 
-    def __init__(self, kind: str, builtins: Mapping[str, T], adapt: Callable[[object, str], T]) -> None:
-        self.kind, self.group = kind, GROUPS[kind]
+    def __init__(self, kind: str, builtins: Mapping[str, T], adapt: Callable[[object, str], T], *,
+                 quick_path: bool = True) -> None:
+        self.kind, self.group, self.quick_path = kind, GROUPS[kind], quick_path
         self._builtins = dict(builtins)
         self._adapt = adapt
         self._entries: dict[str, T] | None = None
@@ -191,12 +194,12 @@ class PluginRegistry(Mapping[str, T], Generic[T]):
 
     # -- the mapping -------------------------------------------------------------------------------
     def __getitem__(self, name: str) -> T:
-        if isinstance(name, str) and ":" in name:
+        if self.quick_path and isinstance(name, str) and ":" in name:
             return self._quick_path(name)
         return self._loaded()[name]
 
     def __contains__(self, name: object) -> bool:
-        if isinstance(name, str) and ":" in name:
+        if self.quick_path and isinstance(name, str) and ":" in name:
             self._quick_path(name)  # a module that cannot be imported is an error, not an unknown name
             return True
         return name in self._loaded()
