@@ -26,6 +26,10 @@ GATE_PANELS_PER_ROW = 3
 _AGENT_COLOURS = {agent: f"C{i}" for i, agent in enumerate(MINIGRID_AGENT_ORDER)}
 
 
+TEST_SLOT = 0.22
+"""Width, in epochs, of one model's slot in the loss curves' test column."""
+
+
 def _model_style(model: str) -> dict[str, Any]:
     """A colour per model family; the baseline dashed, its RSA variant solid."""
     families = list(RSA_PAIRS)
@@ -79,23 +83,29 @@ def loss_curves(curves: pd.DataFrame, test: pd.DataFrame) -> Figure | None:
         here = val[(val["dataset"] == dataset) & (val["horizon"] == horizon)]
         first, last = int(here["step"].min()), int(here["step"].max())
         models = [m for m in LTSF_MODEL_ORDER if m in set(here["model"])] + sorted(set(here["model"]) - set(LTSF_MODEL_ORDER))
+        test_x = last + 0.5 + TEST_SLOT * (len(models) + 1) / 2  # the test column's middle, right of the divider
         for i, model in enumerate(models):
             mean = here[here["model"] == model].groupby("step")["value"].mean()
             style = _model_style(model)
             ax.plot(mean.index, mean.to_numpy(), marker=".", label=model, **style)  # steps are epochs 1..n
             t = test[(test["dataset"] == dataset) & (test["horizon"] == horizon) & (test["model"] == model)]["mean"]
             if len(t) and not math.isnan(float(t.iloc[0])):
-                spread = 0.3 * (i / max(1, len(models) - 1) - 0.5)  # side by side: close test MSEs stay apart
-                ax.plot([last + 1 + spread], [float(t.iloc[0])], marker="*", markersize=11, color=style["color"], linestyle="none")
+                # A slot of its own per model in the test column, so that close test MSEs never overlap;
+                # a baseline's star hollow, its RSA variant's filled (the lines' dashed and solid).
+                x = test_x + TEST_SLOT * (i - (len(models) - 1) / 2)
+                face = style["color"] if style["linestyle"] == "-" else "white"
+                ax.plot([x], [float(t.iloc[0])], marker="*", markersize=10, color=style["color"], markerfacecolor=face,
+                        markeredgewidth=1.2, linestyle="none")
         # Whole epochs on the axis, and the test MSE's column labelled as such, not as one more epoch.
         epochs = [int(t) for t in MaxNLocator(nbins=6, integer=True).tick_values(first, last) if first <= t <= last]
-        ax.set_xticks([*epochs, last + 1], [*map(str, epochs), "test"])
+        ax.set_xticks([*epochs, test_x], [*map(str, epochs), "test"])
         ax.axvline(last + 0.5, color="0.75", linewidth=0.8)
+        ax.set_xlim(first - 0.3, test_x + TEST_SLOT * len(models) / 2 + 0.2)
         ax.set_title(f"{dataset}, horizon {horizon}")
         ax.set_xlabel("epoch")
         ax.set_ylabel("validation MSE (★ test MSE)")
         ax.grid(alpha=0.3)
-    _legend_outside(fig, axes, _marker("*", "test MSE", markersize=11))
+    _legend_outside(fig, axes, _marker("*", "test MSE (hollow: baseline)", markersize=10))
     fig.suptitle("Validation MSE per epoch, ★ test MSE\n(mean over seeds)", fontsize=10)
     return fig
 
@@ -133,7 +143,7 @@ def rem_heatmaps(heads: Sequence[RemHead], title: str, *, length: int = 48) -> F
     layers = sorted(dict.fromkeys(h.layer for h in heads), key=layer_order)[:6]
     per_layer = {layer: sorted((h for h in heads if h.layer == layer), key=lambda h: h.head) for layer in layers}
     cols = max(len(v) for v in per_layer.values())
-    fig = Figure(figsize=(2.1 * cols + 1, 2.5 * len(layers) + 0.6), layout="constrained")
+    fig = Figure(figsize=(2.1 * cols + 1, 2.7 * len(layers) + 0.6), layout="constrained")
     axes = fig.subplots(len(layers), cols, squeeze=False)
     image = None
     for r, layer in enumerate(layers):
@@ -146,9 +156,12 @@ def rem_heatmaps(heads: Sequence[RemHead], title: str, *, length: int = 48) -> F
                 continue
             head = per_layer[layer][c]
             image = ax.imshow(rem_matrix(head, length), cmap="RdBu_r", vmin=-1, vmax=1, interpolation="nearest")
-            ax.set_title(f"h{head.head}: {head.label}", fontsize=7)
+            # Two lines at a readable size: the head and its kind, then its parameters (one line at 7 pt
+            # was too small to read at the report's width).
+            kind, _, params = head.label.partition(" ")
+            ax.set_title(f"h{head.head}: {kind}\n{params}", fontsize=10)
             if c == 0:
-                ax.set_ylabel(layer if head.masked else f"{layer} (two-sided)", fontsize=8)
+                ax.set_ylabel(layer if head.masked else f"{layer}\n(two-sided)", fontsize=10)
     if image is not None:
         fig.colorbar(image, ax=axes.ravel().tolist(), shrink=0.6)
     fig.suptitle(f"{title} (T = {length}; rows = query, columns = key)")
