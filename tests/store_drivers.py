@@ -1,8 +1,8 @@
 """A driver process for the tests of several drivers on one store (``tests/test_store_drivers.py``).
 
 ``python tests/store_drivers.py INDEX N ROOT ITERATIONS [URI_TEMPLATE]`` runs the toy suite below
-(2 models x 3 seeds) with ``--skip-finished`` on a new store per iteration (``ROOT/it<k>/mlflow.db``,
-or ``URI_TEMPLATE.format(k=k)``). Before each iteration it waits at a barrier of marker files
+(2 models x 3 seeds, profile ``p<k>`` at iteration k) with ``--skip-finished`` on a new store per
+iteration (``ROOT/it<k>/mlflow.db``), or on ``URI_TEMPLATE.format(k=k)`` (a server). Before each iteration it waits at a barrier of marker files
 (``ROOT/it<k>/ready-<i>``) until all N drivers are there, so that they start together; each then
 writes ``ROOT/it<k>/done-<i>`` with what it ran. One process runs every iteration, so MLflow's import
 (seconds) is paid once.
@@ -22,14 +22,16 @@ from recurbench.suites.base import RunPlan, SuiteDefinition
 from recurbench.suites.runner import run_suite
 from recurbench.tracking import MlflowTracker
 
+ITERATIONS_MAX = 10
 SUITE_YAML = """\
 suite: drivers
 description: a toy suite for concurrent drivers
 profiles:
-  quick:
+  p0: &p0
     models: [a, b]
     seeds: 3
-"""
+""" + "".join(f"  p{k}: *p0\n" for k in range(1, ITERATIONS_MAX))
+"""One profile per iteration (``p<k>``), so that iterations on one server store stay apart."""
 
 
 class DriversProfile(StrictModel):
@@ -73,7 +75,7 @@ def main(index: int, n: int, root: Path, iterations: int, uri_template: str | No
         folder = root / f"it{k}"
         uri = uri_template.format(k=k) if uri_template else f"sqlite:///{folder / 'mlflow.db'}"
         barrier(folder, index, n)
-        result = run_suite("drivers", "quick", MlflowTracker(uri), config_path=config, skip_finished=True)
+        result = run_suite("drivers", f"p{k}", MlflowTracker(uri), config_path=config, skip_finished=True)
         (folder / f"done-{index}").write_text(json.dumps(
             {o.plan.name: [o.status, o.run_id, o.reused] for o in result.outcomes}))
 

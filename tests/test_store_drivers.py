@@ -66,3 +66,49 @@ def test_four_drivers_start_together_on_a_new_sqlite_store(tmp_path):
         assert not list(folder.glob(".mlflow.db.creating"))
     client = MlflowClient(f"sqlite:///{tmp_path / 'it0' / 'mlflow.db'}")  # usable by MLflow itself
     assert [e.name for e in client.search_experiments()] == ["recurbench-drivers", "Default"]
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def test_four_drivers_on_an_mlflow_server(tmp_path):
+    """The same with an MLflow server (started here): no lock to share, so each driver opens its run,
+    reads again, and the earlier of two claims keeps the configuration (the other is deleted)."""
+    import os
+    import signal
+    import time
+    import urllib.request
+
+    from mlflow.tracking import MlflowClient
+
+    port = _free_port()
+    server = subprocess.Popen(
+        [sys.executable, "-m", "mlflow", "server", "--host", "127.0.0.1", "--port", str(port), "--workers", "1",
+         "--backend-store-uri", f"sqlite:///{tmp_path / 'server.db'}", "--default-artifact-root", str(tmp_path / "art")],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    uri = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 180
+        while True:  # wait for the server to answer (a condition, not a clock: the deadline only bounds it)
+            try:
+                urllib.request.urlopen(f"{uri}/health", timeout=5).close()
+                break
+            except OSError:
+                assert server.poll() is None and time.monotonic() < deadline, "mlflow server did not start"
+                time.sleep(0.2)
+        n, iterations = 4, 3
+        run_drivers(tmp_path / "drivers", n, iterations, uri_template=uri)
+        client = MlflowClient(uri)
+        (experiment,) = [e for e in client.search_experiments() if e.name == "recurbench-drivers"]
+        for k in range(iterations):
+            runs = client.search_runs([experiment.experiment_id], f"tags.profile = 'p{k}'")  # active runs only
+            nested = [(r.info.run_name, r.info.status) for r in runs if r.data.tags.get("role") != "parent"]
+            check_iteration(tmp_path / "drivers" / f"it{k}", n, [(name, status, "active") for name, status in nested])
+    finally:
+        os.killpg(server.pid, signal.SIGKILL)
+        server.wait()
