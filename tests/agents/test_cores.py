@@ -16,10 +16,14 @@ def _cores():
         "memlstm": make_core("memlstm", 6, 8, attention_size=4, memory_window=20),
         "rellstm": make_core("rellstm", 6, 8, attention_size=4, nu=2, rho=3),
         "episode_memlstm": EpisodeMemLSTMCore(6, 8, max_window=20, attention_size=4),
+        "rnn": make_core("rnn", 6, 8),
+        "exprnn": make_core("exprnn", 6, 8),
+        "memrnn": make_core("memrnn", 6, 8, attention_size=4, memory_window=20, nonlinearity="modrelu"),
+        "relrnn": make_core("relrnn", 6, 8, attention_size=4, nu=2, rho=3),
     }
 
 
-NAMES = ["lstm", "memlstm", "rellstm", "episode_memlstm"]
+NAMES = ["lstm", "memlstm", "rellstm", "episode_memlstm", "rnn", "exprnn", "memrnn", "relrnn"]
 
 
 @pytest.mark.parametrize("name", NAMES)

@@ -20,6 +20,10 @@ CORE_KWARGS = {
     "lstm": {},
     "memlstm": {"memory_window": 12, "attention_size": 8},
     "rellstm": {"nu": 2, "rho": 2, "attention_size": 8},
+    "rnn": {"nonlinearity": "modrelu"},
+    "exprnn": {"nonlinearity": "modrelu"},
+    "memrnn": {"memory_window": 12, "attention_size": 8},
+    "relrnn": {"nu": 2, "rho": 2, "attention_size": 8},
 }
 
 
@@ -63,7 +67,7 @@ def _ends_inside_sequences(model: MemoryPPO) -> int:
     return int(starts[[t for t in range(len(starts)) if t % model.seq_len]].sum())
 
 
-@pytest.mark.parametrize("core", ["lstm", "memlstm", "rellstm"])
+@pytest.mark.parametrize("core", ["lstm", "memlstm", "rellstm", "rnn", "exprnn", "memrnn", "relrnn"])
 def test_replayed_sequences_reproduce_the_rollout(core):
     """Episodes (length 4) straddle the 5-step sequences, so the replay must reset mid-sequence exactly
     where acting did."""
