@@ -223,3 +223,12 @@ def test_a_whole_suite_from_a_plugin_is_listed_and_runs(tmp_path, monkeypatch, f
     result = runner.invoke(app, ["run", "counting", "--tracking-uri", f"sqlite:///{tmp_path / 'mlflow.db'}"])
     assert result.exit_code == 0, result.output
     assert "abc-s0" in result.output and "3.0000" in result.output
+
+
+def test_an_entry_set_in_process_is_undone_by_monkeypatch(monkeypatch, fresh_registries):
+    with monkeypatch.context() as m:
+        m.setitem(CORES, "lstm", CORES["rellstm"])
+        m.setitem(CORES, "extra", CORES["lstm"])
+        assert CORES.source("lstm").package == "in-process" and "extra" in CORES
+    assert CORES.source("lstm").package == "recurbench" and "extra" not in CORES
+    assert isinstance(make_core("lstm", 3, 4), LSTMCore)

@@ -30,7 +30,7 @@ import importlib
 import inspect
 import os
 import sys
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, MutableMapping
 from dataclasses import dataclass
 from importlib import metadata
 from typing import Generic, TypeVar
@@ -113,9 +113,10 @@ def _import_module(name: str) -> object:
         return module
 
 
-class PluginRegistry(Mapping[str, T], Generic[T]):
+class PluginRegistry(MutableMapping[str, T], Generic[T]):
     """Name -> entry of one kind: the built-ins, then the installed plugins of the kind's group, then
-    any ``module.path:ClassName`` named so far.
+    any ``module.path:ClassName`` named so far. An entry can also be set in-process (``registry[name]
+    = entry``, as a test's ``monkeypatch.setitem`` does): it lasts until :meth:`reload`.
 
     Parameters
     ----------
@@ -203,6 +204,15 @@ class PluginRegistry(Mapping[str, T], Generic[T]):
             self._quick_path(name)  # a module that cannot be imported is an error, not an unknown name
             return True
         return name in self._loaded()
+
+    def __setitem__(self, name: str, entry: T) -> None:
+        self._loaded()[name] = entry
+        builtin = name in self._builtins and self._builtins[name] is entry
+        self._sources[name] = PluginSource(BUILT_IN, "") if builtin else PluginSource("in-process", "")
+
+    def __delitem__(self, name: str) -> None:
+        del self._loaded()[name]
+        del self._sources[name]
 
     def __iter__(self) -> Iterator[str]:
         return iter([n for n in self._loaded() if self._sources[n].package != "module path"])
