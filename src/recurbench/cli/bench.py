@@ -205,10 +205,14 @@ def bench_memattn_cmd(
                            steps=steps, repeats=repeats, device=device)
     if as_json:
         return print_json(result)
-    cols = ["nu", "rho", "time_reference_ms", "time_triton_ms", "speedup", "max_abs_err_read", "max_abs_err_memory"]
-    fmt = lambda x: f"{x:.4g}" if isinstance(x, float) else ("-" if x is None else x)  # noqa: E731
+    err = lambda x: "-" if x is None else f"{x:.1e}"  # noqa: E731
+    ms = lambda x: "-" if x is None else duration(x / 1000)  # noqa: E731
+    header = ["nu", "rho", "reference", "Triton", "speed-up", "max abs error (read)", "max abs error (memory)"]
+    rows = [[r["nu"], r["rho"], ms(r["time_reference_ms"]), ms(r["time_triton_ms"]), times(r["speedup"]),
+             err(r["max_abs_err_read"]), err(r["max_abs_err_memory"])] for r in result["rows"]]
     console.print(table(f"memory-attention step, {batch} envs, A={attention_size} H={hidden_size} ({result['device']})",
-                         cols, [[fmt(r[c]) for c in cols] for r in result["rows"]]))
+                        header, rows, caption="reference, Triton: time per step; nu, rho: the memory's window and "
+                        "relevance slots; errors: Triton against the reference"))
 
 
 def bench_rl_cmd(
