@@ -75,8 +75,10 @@ def paper_differences(definition: SuiteDefinition, runs: Iterable[tuple[Mapping[
 
 def not_comparable(differences: Sequence[str], profile: str | None = None) -> str | None:
     """The caveat for results beside the paper's figures (None when there is nothing to say): the
-    profile, where it is not ``paper``, and the first :data:`SHOWN_DIFFERENCES` differing settings."""
-    if not differences and profile in (None, PAPER_PROFILE):
+    profile, where it is not ``paper``, and the first :data:`SHOWN_DIFFERENCES` differing settings. A
+    profile whose runs all have the paper's settings (a subset of its grid, as ``memory``'s ``table5``)
+    gets none: the settings, not the profile's name, make results comparable."""
+    if not differences:
         return None
     what = [f"profile {profile}"] if profile not in (None, PAPER_PROFILE) else []
     if differences:
