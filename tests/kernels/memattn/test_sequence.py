@@ -83,3 +83,26 @@ def test_the_rnns_sequence_matches_the_reference_step_in_float64(name, settings)
     have = torch.autograd.grad((got * weight).sum(), inputs)
     for n, a, b in zip(names, have, want, strict=True):
         torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-12, msg=n)
+
+
+def test_the_saved_history_dies_with_the_graph(monkeypatch):
+    # what the forward keeps for the backward lives on the graph's node; nothing must keep it beyond
+    import weakref
+
+    from recurbench.kernels.memattn import sequence
+
+    seen = []
+    real = sequence._Histories.__init__
+
+    def spy(self, *args, **kwargs):
+        real(self, *args, **kwargs)
+        seen.append(weakref.ref(self.h))
+
+    core = make_core("rellstm", 6, 8, attention_size=5, nu=2, rho=2)
+    x = torch.randn(12, 2, 6)
+    monkeypatch.setattr(sequence._Histories, "__init__", spy)
+    out = core.sequence_outputs(x)
+    assert seen and seen[0]() is not None
+    out.sum().backward()
+    del out
+    assert seen[0]() is None  # freed by reference counting alone (no gc.collect())
