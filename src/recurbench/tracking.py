@@ -454,7 +454,7 @@ def check_sqlite_file(path: Path, what: str, *, write: bool = True) -> None:
         _writable_folder(path.parent, what)  # sqlite writes its journal beside the file
 
 
-def _check_server(uri: str, what: str, timeout: float = 5.0) -> None:
+def _check_server(uri: str, what: str, timeout: float = 10.0) -> None:
     """Refuse an HTTP tracking server that does not answer (MLflow's client would retry for minutes),
     or one that answers but is not MLflow (its client would fail with a long traceback): MLflow
     answers an experiment lookup with JSON, an experiment or an ``error_code``."""
