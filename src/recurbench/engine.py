@@ -362,6 +362,8 @@ def open_session(spec: EngineSpec, tracker: Tracker) -> Iterator[Session]:
         raise ConfigError("--engine ray needs an MLflow tracking store (the in-memory tracker stays in one process)")
     ray = import_ray()
     check_cluster_store(spec, tracker.tracking_uri)
+    if spec.cluster_address is not None:
+        check_reachable(spec.cluster_address)  # a dead address is reported before the store is opened
     tracker.open()  # a bad store fails here, before Ray starts
     with ray_instance(ray, spec):
         session_tracker: Tracker = tracker
@@ -497,15 +499,25 @@ def _attach(ray: Any, spec: EngineSpec, address: str) -> str:
         raise ConfigError(f"--address {address} uses Ray's client, which is not installed here: "
                           "pip install 'ray[client]' (or 'recurbench[ray]', which includes it)")
     check_reachable(address)
+    needs_token = (f"the Ray cluster at {address} (--address) refused this command's token (or its lack of one): "
+                   "for a cluster with Ray's token authentication, set RAY_AUTH_MODE=token and its token in "
+                   "~/.ray/auth_token, RAY_AUTH_TOKEN_PATH or RAY_AUTH_TOKEN")
     try:
+        if not address.startswith("ray://"):
+            # Ray's GCS client answers at once, token refused included, where ray.init retries for 20 s.
+            from ray._raylet import GcsClient  # noqa: PLC0415 - Ray is optional (the ray extra)
+
+            GcsClient(address=address)
         ray.init(address=address, logging_level=logging.WARNING)
     except ray.exceptions.AuthenticationError:
-        raise ConfigError(f"the Ray cluster at {address} (--address) requires its token: set RAY_AUTH_MODE=token "
-                          "and give the token in ~/.ray/auth_token, RAY_AUTH_TOKEN_PATH or RAY_AUTH_TOKEN "
-                          "(Ray's token authentication)") from None
+        raise ConfigError(needs_token) from None
     except (ConnectionError, RuntimeError, ValueError, ray.exceptions.RayError) as exc:
-        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-        raise ConfigError(f"cannot attach to the Ray cluster at {address} (--address): {first}") from None
+        lines = [line.strip() for line in str(exc).splitlines() if line.strip()] or [type(exc).__name__]
+        first = " ".join(lines[:2] if lines[0].endswith(":") else lines[:1])[:500]
+        # Ray's client says only "connection timeout" when the cluster refuses a connection without its token.
+        hint = "; if it uses Ray's token authentication, set RAY_AUTH_MODE=token" if (
+            address.startswith("ray://") and os.environ.get("RAY_AUTH_MODE") != "token") else ""
+        raise ConfigError(f"cannot attach to the Ray cluster at {address} (--address): {first}{hint}") from None
     where = f"the Ray cluster at {address}"
     return f"Ray: attached to {where} (--address: {_sizes(check_resources(ray, spec, where))}); it is left running"
 
