@@ -17,6 +17,8 @@ import subprocess
 import sys
 import tempfile
 import time
+import uuid
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -79,6 +81,7 @@ class Head:
     address: str
     client_address: str
     pids: frozenset[int]
+    token_path: str
 
     @property
     def marker(self) -> Path:
@@ -99,8 +102,12 @@ def other_head():
     """A head as a Ray user keeps one (``ray start --head``), on loopback, with Ray's client server."""
     folder = _short_folder("rbhead-")
     port, client_port = _free_port(), _free_port()
-    env = dict(os.environ, RAY_TMPDIR=folder, RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER="0", RAY_AUTH_MODE="disabled")
-    env.pop("RAY_ADDRESS", None)
+    token = Path(folder, "auth_token")
+    token.write_text(uuid.uuid4().hex)
+    env = dict(os.environ, RAY_TMPDIR=folder, RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER="0", RAY_AUTH_MODE="token",
+               RAY_AUTH_TOKEN_PATH=str(token))  # as Ray 2.61 starts every head, with a token of its own
+    for name in ("RAY_ADDRESS", "RAY_AUTH_TOKEN"):
+        env.pop(name, None)
     started = subprocess.run(
         [str(Path(sys.executable).with_name("ray")), "start", "--head", "--node-ip-address=127.0.0.1",
          f"--port={port}", f"--ray-client-server-port={client_port}", "--num-cpus=1", "--num-gpus=0",
@@ -108,7 +115,7 @@ def other_head():
         env=env, capture_output=True, text=True, timeout=300,
     )
     pids = _process_tree(folder)
-    head = Head(folder, f"127.0.0.1:{port}", f"ray://127.0.0.1:{client_port}", frozenset(pids))
+    head = Head(folder, f"127.0.0.1:{port}", f"ray://127.0.0.1:{client_port}", frozenset(pids), str(token))
     try:
         if started.returncode != 0:
             pytest.fail(f"ray start --head failed ({started.returncode}): {started.stderr[-2000:]}")
@@ -136,6 +143,27 @@ def loopback_driver(monkeypatch):
 
     monkeypatch.setattr(ray_constants, "ENABLE_RAY_CLUSTER", False)
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
+
+
+@contextmanager
+def ray_auth(**env: str):
+    """Ray's token settings of this process for a while (Ray reads them into its config and caches the
+    token): the user's for the cluster they attach to."""
+    from ray._raylet import AuthenticationTokenLoader, Config
+
+    names = ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN_PATH", "RAY_AUTH_TOKEN")
+    saved = {name: os.environ.pop(name, None) for name in names}
+    os.environ.update(env)
+    Config.initialize("")
+    AuthenticationTokenLoader.instance().reset_cache()
+    try:
+        yield
+    finally:
+        for name in names:
+            os.environ.pop(name, None)
+        os.environ.update({name: value for name, value in saved.items() if value is not None})
+        Config.initialize("")
+        AuthenticationTokenLoader.instance().reset_cache()
 
 
 def where_am_i() -> dict[str, str]:
@@ -230,8 +258,9 @@ print("token-file:" + attempt(sys.argv[2]))
 def test_attaching_is_by_address_only_and_leaves_the_cluster_running(which, other_head, loopback_driver, capfd):
     """``--address HOST:PORT`` and ``--address ray://HOST:PORT`` (Ray's client: in the ray extra)."""
     address = other_head.address if which == "gcs" else other_head.client_address
-    with ray_instance(ray, EngineSpec("ray", workers=1, address=address)) as line:
-        assert ray.get(ray.remote(where_am_i).remote())["gcs"] == other_head.address
+    with ray_auth(RAY_AUTH_MODE="token", RAY_AUTH_TOKEN_PATH=other_head.token_path):
+        with ray_instance(ray, EngineSpec("ray", workers=1, address=address)) as line:
+            assert ray.get(ray.remote(where_am_i).remote())["gcs"] == other_head.address
     assert line == f"Ray: attached to the Ray cluster at {address} (--address: 1 CPU, 0 GPU); it is left running"
     assert line in capfd.readouterr().err
     assert not ray.is_initialized()
@@ -248,8 +277,20 @@ def test_gpus_that_no_node_has_are_refused_before_any_task(other_head, loopback_
     assert not ray.is_initialized()
     with pytest.raises(ConfigError, match=rf"^--gpus-per-run 1: no node of the Ray cluster at {other_head.address} "
                                           r"can hold one run \(1 CPU, 1 GPU; its nodes: 1 CPU, 0 GPU\)"):
-        with ray_instance(ray, EngineSpec("ray", workers=1, gpus_per_run=1, address=other_head.address)):
-            pytest.fail("the cluster was used")
+        with ray_auth(RAY_AUTH_MODE="token", RAY_AUTH_TOKEN_PATH=other_head.token_path):
+            with ray_instance(ray, EngineSpec("ray", workers=1, gpus_per_run=1, address=other_head.address)):
+                pytest.fail("the cluster was used")
+    assert not ray.is_initialized() and other_head.untouched()
+
+
+@pytest.mark.parametrize("auth", [{}, {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": "0" * 32}],
+                         ids=["no-token", "wrong-token"])
+def test_a_cluster_that_refuses_the_token_is_said_at_once(auth, other_head, loopback_driver):
+    """Ray's own ray.init would retry for 20 s and end with "Failed to connect"."""
+    with ray_auth(**auth), pytest.raises(ConfigError, match=rf"^the Ray cluster at {other_head.address} \(--address\) "
+                                                           r"refused this command's token .*set RAY_AUTH_MODE=token"):
+        with ray_instance(ray, EngineSpec("ray", workers=1, address=other_head.address)):
+            pytest.fail("attached")
     assert not ray.is_initialized() and other_head.untouched()
 
 
