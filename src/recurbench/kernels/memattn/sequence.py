@@ -106,8 +106,9 @@ class _Histories:
         self.k = xw.new_empty(T, B, A)  # U h_t
         self.s = xw.new_empty(T, B, H)
         self.q = xw.new_empty(T, B, A)
-        self.pre = xw.new_empty(T, B, G) if not lstm else None  # an RNN's pre-activations
+        self.act = xw.new_empty(T, B, G)  # the LSTM's gates i, f, g, o after their activations; an RNN's z
         self.c = xw.new_empty(T, B, H) if lstm else None
+        self.tanh_c = xw.new_empty(T, B, H) if lstm else None
         self.alpha = xw.new_empty(T, B, S)  # step t's weights in [:, :n] (n = t for a window, else S)
         self.flat = None if window else torch.zeros(T, B * S, dtype=torch.long)  # each step's slots
 
@@ -126,8 +127,9 @@ class _AttentiveSequence(torch.autograd.Function):
         w_rec_t, wq_t, wk_t = w_rec.t(), wq.t(), wk.t()
         # Per-step views, made once (indexing a tensor per step costs as much as a small operation).
         xw_t, h_t, k_t, s_t, q_t, alpha_t = (u.unbind(0) for u in (xw, hist.h, hist.k, hist.s, hist.q, hist.alpha))
+        act_t = hist.act.unbind(0)
         c_t = hist.c.unbind(0) if hist.c is not None else None
-        pre_t = hist.pre.unbind(0) if hist.pre is not None else None
+        tanh_c_t = hist.tanh_c.unbind(0) if hist.tanh_c is not None else None
         flat_t = hist.flat.unbind(0) if hist.flat is not None else None
         h = xw.new_zeros(B, H)
         c = xw.new_zeros(B, H)
@@ -160,13 +162,13 @@ class _AttentiveSequence(torch.autograd.Function):
                 torch.baddbmm(h[:, None, :], alpha[:, None, :], values, beta=0.5, alpha=0.5, out=s[:, None, :])
             pre = torch.addmm(xw_t[t], s, w_rec_t)
             if c_t is not None:  # the LSTM
-                gates = pre.sigmoid()
-                i, f, _, o = gates.chunk(4, dim=1)
-                g = pre[:, 2 * H : 3 * H].tanh()
+                gates = torch.sigmoid(pre, out=act_t[t])
+                i, f, g, o = gates.chunk(4, dim=1)
+                torch.tanh(pre[:, 2 * H : 3 * H], out=g)
                 c = torch.mul(f, c, out=c_t[t]).addcmul_(i, g)
-                h = torch.mul(o, torch.tanh(c), out=h_t[t])
+                h = torch.mul(o, torch.tanh(c, out=tanh_c_t[t]), out=h_t[t])
             else:
-                pre_t[t].copy_(pre)
+                act_t[t].copy_(pre)
                 h = _activate(pre, cell, bias, out=h_t[t])
             torch.mm(h, wk_t, out=k_t[t])
         ctx.cell = cell
@@ -187,7 +189,7 @@ class _AttentiveSequence(torch.autograd.Function):
         d_q = torch.zeros_like(hist.q)
         d_v = torch.zeros_like(v)[None]
         one = v.new_ones(())
-        d_cell = _CellBackward(cell, xw, w_rec, hist, bias)
+        d_cell = _CellBackward(cell, hist, bias)
         d_k_flat, d_h_flat = d_keys.view(T * B, A), d_hist.view(T * B, H)
         h_flat, k_flat = hist.h.view(T * B, H), hist.k.view(T * B, A)
         d_hist_t, d_xw_t, d_q_t, q_t, alpha_t = (u.unbind(0) for u in (d_hist, d_xw, d_q, hist.q, hist.alpha))
@@ -228,43 +230,49 @@ class _AttentiveSequence(torch.autograd.Function):
         d_wq = d_q[1:].reshape(-1, A).t() @ hist.s[:-1].reshape(-1, H)  # q_t reads s_{t-1}; d_q[0] = 0
         d_bq = d_q.sum(dim=(0, 1))
         d_wk = d_keys.reshape(T * B, A).t() @ hist.h.reshape(T * B, H)
-        d_bias = (d_xw * torch.sign(hist.pre)).sum(dim=(0, 1)) if cell == "modrelu" else torch.zeros_like(bias)
+        d_bias = (d_xw * torch.sign(hist.act)).sum(dim=(0, 1)) if cell == "modrelu" else torch.zeros_like(bias)
         return d_xw, d_w_rec, d_wq, d_bq, d_wk, d_v[0], d_bias, None, None, None
 
 
 class _CellBackward:
-    """``dL/d xw_t`` from ``dL/dh_t``, step by step in reverse, with what can be formed for all steps
-    at once formed up front (the LSTM's gates: one product over all steps rather than T saved chunks)."""
+    """``dL/d xw_t`` from ``dL/dh_t``, step by step in reverse, from the saved gates (an RNN: from its
+    saved pre-activations, the slopes of all steps at once). Per step on purpose: formed for all steps
+    at once, the LSTM's factors would take a dozen passes over ``[T, B, 4H]`` arrays that leave the cache,
+    dearer than the small per-step operations."""
 
-    def __init__(self, cell: str, xw: Tensor, w_rec: Tensor, hist: _Histories, bias: Tensor) -> None:
-        T, B, _ = xw.shape
-        H = hist.h.shape[2]
+    def __init__(self, cell: str, hist: _Histories, bias: Tensor) -> None:
         self.lstm = hist.c is not None
         if hist.c is None:
-            self.slope = _slope(cell, hist.pre, hist.h, bias).unbind(0)
+            self.slope = _slope(cell, hist.act, hist.h, bias).unbind(0)
             return
-        pre = torch.addmm(xw.reshape(T * B, -1), hist.s.view(T * B, H), w_rec.t()).view(T, B, -1)
-        gates = pre.sigmoid()
-        i, f, _, o = gates.chunk(4, dim=2)
-        g = pre[..., 2 * H : 3 * H].tanh()
-        tanh_c = torch.tanh(hist.c)
-        c_prev = torch.cat([torch.zeros_like(hist.c[:1]), hist.c[:-1]])
-        self.dc_from_h = (o * (1 - tanh_c * tanh_c)).unbind(0)  # dc_t += dh_t o_t (1 - tanh^2 c_t)
-        self.slope = torch.cat([i * (1 - i), f * (1 - f), 1 - g * g, o * (1 - o)], dim=2).unbind(0)
-        self.gci = torch.stack([g, c_prev, i], dim=2).unbind(0)  # dc times g (for di), c_{t-1} (df), i (dg)
-        self.f, self.tanh_c = f.unbind(0), tanh_c.unbind(0)
-        self.dc = torch.zeros_like(hist.h[0])
-        self.H = H
+        self.act = hist.act.unbind(0)
+        self.gates = [u.unbind(0) for u in hist.act.chunk(4, dim=2)]  # i, f, g, o per step
+        self.c, self.tanh_c = hist.c.unbind(0), hist.tanh_c.unbind(0)
+        self.dc = torch.zeros_like(hist.h[0])  # dL/dc_t through c_{t+1}
+        self.one = hist.h.new_ones(())
+        self.H = hist.h.shape[2]
 
     def step(self, t: int, dh: Tensor, out: Tensor) -> Tensor:
         if not self.lstm:
             return torch.mul(dh, self.slope[t], out=out)
-        H, B = self.H, dh.shape[0]
-        self.dc.addcmul_(dh, self.dc_from_h[t])
-        torch.mul(self.dc[:, None, :], self.gci[t], out=out[:, : 3 * H].view(B, 3, H))
-        torch.mul(dh, self.tanh_c[t], out=out[:, 3 * H :])
-        out.mul_(self.slope[t])
-        self.dc = self.dc * self.f[t]
+        H, dc, one = self.H, self.dc, self.one
+        i, f, g, o = (u[t] for u in self.gates)
+        tanh_c = self.tanh_c[t]
+        # h = o tanh(c): do = dh tanh(c), dc += dh o (1 - tanh^2 c)
+        torch.mul(dh, tanh_c, out=out[:, 3 * H :])
+        dc.addcmul_(dh, torch.addcmul(one, tanh_c, tanh_c, value=-1).mul_(o))
+        # c = f c_{t-1} + i g: di = dc g, df = dc c_{t-1}, dg = dc i
+        torch.mul(dc, g, out=out[:, :H])
+        if t > 0:
+            torch.mul(dc, self.c[t - 1], out=out[:, H : 2 * H])
+        else:
+            out[:, H : 2 * H].zero_()
+        torch.mul(dc, i, out=out[:, 2 * H : 3 * H])
+        # through the activations: sigmoid' = s (1 - s) for i, f, o; tanh' = 1 - g^2 for g
+        slope = torch.addcmul(self.act[t], self.act[t], self.act[t], value=-1)
+        torch.addcmul(one, g, g, value=-1, out=slope[:, 2 * H : 3 * H])
+        out.mul_(slope)
+        dc.mul_(f)
         return out
 
 
