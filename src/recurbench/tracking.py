@@ -457,22 +457,31 @@ def check_sqlite_file(path: Path, what: str, *, write: bool = True) -> None:
 def _check_server(uri: str, what: str, timeout: float = 10.0) -> None:
     """Refuse an HTTP tracking server that does not answer (MLflow's client would retry for minutes),
     or one that answers but is not MLflow (its client would fail with a long traceback): MLflow
-    answers an experiment lookup with JSON, an experiment or an ``error_code``."""
+    answers an experiment lookup with JSON, an experiment or an ``error_code``. The lookup may take a
+    while on a server's first request (it opens its store then): a server that answers ``/health``
+    but not the lookup in time is left to MLflow's own client."""
     shown = redact_uri(uri)
-    probe = f"{uri.rstrip('/')}/api/2.0/mlflow/experiments/get-by-name?experiment_name=Default"
     try:
-        with urllib.request.urlopen(probe, timeout=timeout) as answer:
-            status, body = answer.status, answer.read(65536)
-    except urllib.error.HTTPError as exc:
-        if exc.code in (401, 403, 407):
-            return  # an authenticating server or proxy: MLflow's own errors (with credentials) say more
-        status, body = exc.code, exc.read(65536)
+        with urllib.request.urlopen(f"{uri.rstrip('/')}/health", timeout=timeout):
+            pass
+    except urllib.error.HTTPError:
+        pass  # something answers: the lookup below tells whether it is MLflow
     except (urllib.error.URLError, OSError) as exc:
         reason = getattr(exc, "reason", exc)
         raise ConfigError(
             f"{what} {shown}: no MLflow server answers ({reason}); start one with `mlflow server --host "
             f"127.0.0.1 --port 5000` and pass --tracking-uri http://127.0.0.1:5000"
         ) from None
+    probe = f"{uri.rstrip('/')}/api/2.0/mlflow/experiments/get-by-name?experiment_name=Default"
+    try:
+        with urllib.request.urlopen(probe, timeout=3 * timeout) as answer:
+            status, body = answer.status, answer.read(65536)
+    except urllib.error.HTTPError as exc:
+        if exc.code in (401, 403, 407):
+            return  # an authenticating server or proxy: MLflow's own errors (with credentials) say more
+        status, body = exc.code, exc.read(65536)
+    except (urllib.error.URLError, OSError):
+        return  # it answered /health but is slow to look up: MLflow's client, with its retries, decides
     try:
         answer = json.loads(body)
     except ValueError:
