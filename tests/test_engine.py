@@ -25,7 +25,6 @@ from mlflow.tracking import MlflowClient  # noqa: E402
 
 import ray_toys  # noqa: E402
 from recurbench.engine import EngineSpec  # noqa: E402
-from recurbench.plugins import PluginSource  # noqa: E402
 from recurbench.suites import registry  # noqa: E402
 from recurbench.suites.runner import run_suite  # noqa: E402
 from recurbench.tracking import MlflowTracker  # noqa: E402
@@ -48,9 +47,7 @@ def local_ray():
 
 @pytest.fixture
 def toy(tmp_path, monkeypatch, local_ray):
-    # SUITES is a PluginRegistry (a read-only mapping): the toy suite goes into its loaded entries.
-    monkeypatch.setitem(registry.SUITES._loaded(), "raytoy", ray_toys.RayToySuite)
-    monkeypatch.setitem(registry.SUITES._sources, "raytoy", PluginSource("tests", ""))
+    monkeypatch.setitem(registry.SUITES, "raytoy", ray_toys.RayToySuite)
     path = tmp_path / "raytoy.yaml"
     path.write_text(textwrap.dedent("""\
         suite: raytoy
