@@ -48,3 +48,15 @@ def test_a_name_longer_than_the_terminal_folds_rather_than_being_cut():
     # Its pieces, read line after line in its column, give the whole name back.
     pieces = [line.split("│")[2].strip() for line in text.splitlines() if line.count("│") == 3]
     assert name in "".join(pieces), text
+
+
+def test_a_long_table_too_wide_splits_into_parts_each_led_by_the_names_of_its_rows():
+    rows = ROWS * 3  # 12 rows: too many to transpose
+    text = _render(FittedTable("langs / quick", HEADER, rows, keys=2), 80)
+    assert max(len(line) for line in text.splitlines()) <= 80 and "…" not in text
+    parts = [line.strip() for line in text.splitlines() if line.strip().startswith("langs / quick (")]
+    assert len(parts) >= 2 and parts[0] == f"langs / quick (1/{len(parts)})"
+    # Each part names its rows: every model appears once per row in each part.
+    assert text.count("transformer_rel") == 3 * len(parts)
+    for header in HEADER:  # every column is in some part, whole or wrapped at its spaces
+        assert all(word in text for word in header.split()), header

@@ -5,8 +5,8 @@ rich narrows every wrappable column alike when a table is too wide, so a name fo
 cannot narrow enough is cut (``transform…``). :class:`FittedTable` plans the widths itself when it is
 rendered, from the width it is given: a column never becomes narrower than its longest word (or its
 header's), and the widest columns give way first, so cells wrap at spaces and names stay whole. Where
-even the longest words do not fit side by side, the table is transposed (fewer rows than columns: a
-row per column) or printed as one block per row (a ``column: value`` line per cell), and a single word
+even the longest words do not fit side by side, a short table is transposed, a long one split into
+parts that each repeat the columns naming its rows, else printed as one block per row; a single word
 wider than the terminal folds (``overflow="fold"``): every character still prints.
 
 Cells are plain text, never rich markup (``[informer]`` would vanish); a :class:`rich.text.Text` cell
@@ -26,6 +26,8 @@ from rich.text import Text
 
 _PADDING = 2  # rich's default: one space each side of a cell
 _BORDER = 1
+TRANSPOSE_MAX_ROWS = 4
+"""A table of at most this many rows is transposed where it is too wide; a longer one is split."""
 
 
 def _plain(cell: Any) -> str:
@@ -62,41 +64,62 @@ class FittedTable:
     """A titled table of text cells laid out for the width it is printed at (see the module docstring);
     ``caption`` (a legend, notes) prints under it, wrapped to the width.
 
-    Three layouts, the first that fits: the table as given, its columns narrowed where wrapping costs
-    least; transposed (a row per column, a column per row) when there are more columns than rows; one
-    block per row (a ``column: value`` line per cell), which fits any width."""
+    Four layouts, the first that fits: the table as given, its columns narrowed where wrapping costs
+    least; transposed (a row per column, a column per row) when it has at most
+    :data:`TRANSPOSE_MAX_ROWS` rows; split into several tables side by side no more, each repeating the
+    first ``keys`` columns (the names of a row: ``language``, ``model``) before as many other columns
+    as fit; one block per row (a ``column: value`` line per cell), which fits any width."""
 
     def __init__(self, title: str, header: Sequence[Any], rows: Sequence[Sequence[Any]], *,
-                 caption: str | None = None, show_lines: bool = False) -> None:
+                 caption: str | None = None, show_lines: bool = False, keys: int = 0) -> None:
         self.title = title
         self.header = [str(h) for h in header]
-        self.rows = [list(row) for row in rows]
+        self.rows = [[row[i] if i < len(row) else "" for i in range(len(self.header))] for row in rows]
         self.caption = caption
         self.show_lines = show_lines
+        self.keys = keys
 
-    def table(self, width: int) -> Table:
-        """The rich table laid out for ``width`` columns."""
-        plan = _plan(self.header, self.rows, width)
-        if plan is not False:
-            return self._build(self.header, self.rows, plan, show_header=True)
-        columns = [[h, *(row[i] if i < len(row) else "" for row in self.rows)] for i, h in enumerate(self.header)]
-        if len(self.rows) < len(self.header) and (plan := _plan([""] * len(columns[0]), columns, width)) is not False:
-            return self._build([""] * len(columns[0]), columns, plan, show_header=False)
-        records: list[list[Any]] = []
-        for row in self.rows:
-            records += [[h, row[i] if i < len(row) else ""] for i, h in enumerate(self.header)]
-        plan = _plan(["", ""], records, width)
-        table = self._build(["", ""], [], plan or None, show_header=False)
+    def tables(self, width: int) -> list[Table]:
+        """The rich table(s) laid out for ``width`` columns."""
+        if (plan := _plan(self.header, self.rows, width)) is not False:
+            return [self._build(self.title, self.header, self.rows, plan)]
+        columns = [[h, *(row[i] for row in self.rows)] for i, h in enumerate(self.header)]
+        if len(self.rows) <= TRANSPOSE_MAX_ROWS and (plan := _plan([""] * len(columns[0]), columns, width)) is not False:
+            return [self._build(self.title, [""] * len(columns[0]), columns, plan, show_header=False)]
+        if 0 < self.keys < len(self.header) and (split := self._split(width)):
+            return split
+        records = [[h, row[i]] for row in self.rows for i, h in enumerate(self.header)]
+        table = self._build(self.title, ["", ""], [], _plan(["", ""], records, width) or None, show_header=False)
         for row in self.rows:
             for i, h in enumerate(self.header):
-                last = i == len(self.header) - 1
-                table.add_row(escape(h), _cell(row[i] if i < len(row) else ""), end_section=last)
-        return table
+                table.add_row(escape(h), _cell(row[i]), end_section=i == len(self.header) - 1)
+        return [table]
 
-    def _build(self, header: Sequence[str], rows: Sequence[Sequence[Any]], widths: list[int] | None, *,
-               show_header: bool, show_lines: bool | None = None) -> Table:
-        table = Table(title=escape(self.title), show_header=show_header,
-                      show_lines=self.show_lines if show_lines is None else show_lines)
+    def _split(self, width: int) -> list[Table]:
+        """Column groups that each fit beside the key columns, as tables one under the other; [] when
+        the keys and any one other column do not fit together."""
+        keys, groups, group = list(range(self.keys)), [], []
+        for i in range(self.keys, len(self.header)):
+            trial = [*keys, *group, i]
+            if _plan([self.header[c] for c in trial], [[row[c] for c in trial] for row in self.rows], width) is False:
+                if not group:
+                    return []
+                groups.append(group)
+                group = [i]
+            else:
+                group.append(i)
+        groups.append(group)
+        out = []
+        for n, group in enumerate(groups, start=1):
+            chosen = [*keys, *group]
+            header = [self.header[c] for c in chosen]
+            rows = [[row[c] for c in chosen] for row in self.rows]
+            out.append(self._build(f"{self.title} ({n}/{len(groups)})", header, rows, _plan(header, rows, width) or None))
+        return out
+
+    def _build(self, title: str, header: Sequence[str], rows: Sequence[Sequence[Any]], widths: list[int] | None, *,
+               show_header: bool = True) -> Table:
+        table = Table(title=escape(title), show_header=show_header, show_lines=self.show_lines)
         for i, name in enumerate(header):
             table.add_column(escape(name), overflow="fold", width=None if widths is None else widths[i])
         for row in rows:
@@ -104,7 +127,7 @@ class FittedTable:
         return table
 
     def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
-        yield self.table(options.max_width)
+        yield from self.tables(options.max_width)
         if self.caption:  # at the terminal's width, not the table's (a narrow table would squeeze it)
             yield Text(self.caption)
 

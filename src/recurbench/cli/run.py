@@ -177,7 +177,8 @@ def closing_table(title: str, header: list[str], rows: list[list[str]]) -> Fitte
     A footnote row (text in the first cell only) becomes a line of the caption, under the table and
     wrapped to its width, after a legend for the ``seeds`` column. Leading columns that hold one value
     in every row (``dataset ETTh1``, ``horizon 24`` when only they ran) move into the title, which
-    leaves room for the columns that differ; the remaining cells wrap (see :func:`table`)."""
+    leaves room for the columns that differ; the rest is laid out by :class:`~recurbench.tables.FittedTable`
+    (cells wrap; a table still too wide is split, each part led by the columns before ``seeds``)."""
     notes = [row[0] for row in rows if not any(row[1:])]
     body = [row for row in rows if any(row[1:])]
     shared = 0
@@ -187,7 +188,10 @@ def closing_table(title: str, header: list[str], rows: list[list[str]]) -> Fitte
         title += ": " + ", ".join(f"{header[i]} {body[0][i]}" for i in range(shared))
     if any(h.startswith("seeds") for h in header):
         notes.insert(0, SEEDS_LEGEND)
-    return table(title, header[shared:], [row[shared:] for row in body], caption="\n".join(notes) or None)
+    # The columns that name a row (those before "seeds") head each part where the table must be split.
+    keys = next((i for i, h in enumerate(header) if h.startswith("seeds")), 0) - shared
+    return FittedTable(title, header[shared:], [row[shared:] for row in body], caption="\n".join(notes) or None,
+                       keys=max(0, keys))
 
 
 def _selection(suite: str, seeds: int | None, first_seed: int, total_timesteps: int | None,

@@ -142,7 +142,9 @@ def rich_tables(comp: Comparison) -> list[Any]:
     for t in text_tables(comp, sep="\n"):
         # Fitted to the terminal (recurbench.tables): cells wrap at spaces, no name or number is cut.
         rows = [[MISSING if _missing(v) else str(v) for v in row] for row in t.frame.itertuples(index=False)]
-        out.append(FittedTable(t.title, [str(c) for c in t.frame.columns], rows, show_lines=True))
+        names = {"dataset", "horizon", "metric", *comp.by}  # the columns that name a row lead each part of a split
+        keys = next((i for i, c in enumerate(t.frame.columns) if c not in names), 0)
+        out.append(FittedTable(t.title, [str(c) for c in t.frame.columns], rows, show_lines=True, keys=keys))
     out += [f"[dim]{escape(n)}[/dim]" for n in comp.notes]
     return out
 
