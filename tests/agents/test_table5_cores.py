@@ -101,6 +101,9 @@ def test_sab_selects_k_states_and_only_they_get_gradient():
     torch.testing.assert_close(w.sum(), torch.tensor(1.0))
     (grad,) = torch.autograd.grad((w * torch.arange(6.0)).sum(), e)
     assert bool((grad[0, [0, 2, 5]] == 0).all()) and bool((grad[0, [1, 3, 4]] != 0).any())
+    torch.testing.assert_close(w[0, [1, 3, 4]], torch.softmax(e[0, [1, 3, 4]], dim=0))  # a softmax over the selected
+    ties = core.sparse_weights(torch.zeros(1, 6, requires_grad=True))  # alike states: still weights that sum to 1
+    assert bool(torch.isfinite(ties).all()) and int((ties > 0).sum()) == 3
     few = core.sparse_weights(torch.tensor([[0.0, 1.0]]))  # no more stored states than k: all of them
     torch.testing.assert_close(few, torch.softmax(torch.tensor([[0.0, 1.0]]), dim=1))
 

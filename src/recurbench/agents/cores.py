@@ -444,10 +444,12 @@ class SABCore(MemoryCore):
     2. ``(h, c_t) = LSTM(x_t, (h_{t-1}, c_{t-1}))``;
     3. scores of the ``n`` stored states ``m_i``: ``e_i = v' tanh(W h + U m_i)`` (Ke et al.'s MLP on
        ``[h; m_i]`` with one tanh layer, written as additive attention);
-    4. sparse weights: with ``n > topk``, ``w_i = relu(e_i - delta) / sum_j relu(e_j - delta)``, where
-       ``delta`` is the ``(topk + 1)``-th largest score, detached: the ``topk`` selected states are the
-       only ones with a nonzero weight *and* a gradient (the "backtracking"). With ``n <= topk`` every
-       state is selected: ``w = softmax(e)``. No state stored: no read;
+    4. sparse weights: with ``n > topk``, the ``topk`` highest-scoring states are selected and
+       ``w = softmax(e)`` over them, 0 elsewhere: the selected states are the only ones with a nonzero
+       weight *and* a gradient (the "backtracking"). With ``n <= topk`` every state is selected. No
+       state stored: no read. (Ke et al.'s release subtracts the ``(k+1)``-th largest score, clamps at
+       0 and renormalises; over a stretch of blanks the stored states are alike, their top scores tie,
+       and that gives 0 / 0: the copy task at T = 500 turned every loss into NaN within 20 updates.);
     5. ``h_t = h + sum_i w_i m_i`` is the output and the recurrent state; it is stored when ``steps + 1``
        is a multiple of ``memory_stride``.
 
@@ -489,9 +491,9 @@ class SABCore(MemoryCore):
         """Step 4: the top-k weights of scores ``e`` [B, n]."""
         if e.shape[1] <= self.topk:
             return torch.softmax(e, dim=1)
-        delta = torch.topk(e.detach(), self.topk + 1, dim=1).values[:, -1:]
-        w = torch.relu(e - delta)
-        return w / w.sum(dim=1, keepdim=True)
+        selected = torch.topk(e.detach(), self.topk, dim=1).indices
+        others = torch.full_like(e, float("-inf")).scatter_(1, selected, 0.0)
+        return torch.softmax(e + others, dim=1)
 
     def cell(self, x: Tensor, state: State) -> tuple[Tensor, State]:
         h, c, steps, keys, values = state
