@@ -334,3 +334,22 @@ def test_a_data_warning_prints_as_one_line_and_other_warnings_keep_pythons_form(
         warnings.warn("something else", UserWarning, stacklevel=1)
     assert capsys.readouterr().err == "warning: data/ETTh1.csv: sha256 abc is not the registry's def\n"
     assert shown_by_python == [(UserWarning, "something else")]
+
+
+def test_help_reads_as_words_and_gives_every_suites_device_default():
+    import re
+
+    from recurbench.suites.registry import SUITES
+
+    for args in (["--help"], ["bench", "--help"], ["run", "--help"], ["tune", "--help"], ["list", "--help"],
+                 ["bench", "rem", "--help"], ["compare", "--help"]):
+        out = runner.invoke(app, args, env={"COLUMNS": "200"}).output
+        # Typer's type placeholders, not words: <bool>, <list[str]>, <int>; {suite} for a required argument.
+        assert not re.search(r"<(bool|int|float|str|list\[str\])>|\{\w+\}", out), (args, out)
+    usage = runner.invoke(app, ["run", "--help"], env={"COLUMNS": "200"}).output
+    assert "Usage: recurbench run [OPTIONS] SUITE" in " ".join(usage.split()) and "--set KEY=VALUE" in " ".join(usage.split())
+    text = " ".join(re.sub(r"[│╭╮╰╯─]", " ", usage).split())
+    device = text[text.index("--device"):]
+    for name in ("ltsf", "minigrid", "langs", "memory"):
+        default = SUITES[name].default_device
+        assert re.search(rf"{default} for [^;(]*\b{name}\b", device), (name, default, device[:400])
