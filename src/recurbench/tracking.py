@@ -645,7 +645,9 @@ class ServerClient:
                 cause = exc.__cause__ or exc.__context__
                 if not isinstance(exc, requests.RequestException) and not isinstance(cause, requests.RequestException):
                     raise
-                reason = str(cause or exc).splitlines()[0][:300].replace(self._uri, redact_uri(self._uri))
+                text = str(cause or exc)
+                errno = re.search(r"\[Errno -?\d+\] [^'\"()]+", text)  # urllib3 wraps it in three layers
+                reason = errno.group(0).strip() if errno else type(cause or exc).__name__
                 self._lost = (f"tracking server {redact_uri(self._uri)} stopped answering ({reason}); the runs "
                               "in progress are left RUNNING, and the next `recurbench run` on this host ends them")
                 raise StoreUnreachable(self._lost) from None
