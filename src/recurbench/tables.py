@@ -34,9 +34,9 @@ def _plain(cell: Any) -> str:
     return cell.plain if isinstance(cell, Text) else str(cell)
 
 
-def _longest_word(text: str) -> int:
-    # "0.762 ± 0.144" wraps as "0.762 ±" / "0.144": a ± stays with the number before it.
-    return max((cell_len(word) for word in text.replace(" ±", "_±").split()), default=0)
+def _longest_word(text: str, glue: bool = True) -> int:
+    # "0.762 ± 0.144" wraps as "0.762 ±" / "0.144" where it can: a ± stays with the number before it.
+    return max((cell_len(word) for word in (text.replace(" ±", "_±") if glue else text).split()), default=0)
 
 
 def _longest_line(text: str) -> int:
@@ -81,8 +81,9 @@ class FittedTable:
 
     def tables(self, width: int) -> list[Table]:
         """The rich table(s) laid out for ``width`` columns."""
-        if (plan := _plan(self.header, self.rows, width)) is not False:
-            return [self._build(self.title, self.header, self.rows, plan)]
+        for glue in (True, False):  # "0.762 ±" / "0.144" on two lines, else on three before any split
+            if (plan := _plan(self.header, self.rows, width, glue=glue)) is not False:
+                return [self._build(self.title, self.header, self.rows, plan)]
         columns = [[h, *(row[i] for row in self.rows)] for i, h in enumerate(self.header)]
         if len(self.rows) <= TRANSPOSE_MAX_ROWS and (plan := _plan([""] * len(columns[0]), columns, width)) is not False:
             return [self._build(self.title, [""] * len(columns[0]), columns, plan, show_header=False)]
@@ -136,13 +137,14 @@ def _cell(cell: Any) -> Any:
     return cell if isinstance(cell, Text) else escape(str(cell))
 
 
-def _plan(header: Sequence[str], rows: Sequence[Sequence[Any]], width: int) -> list[int] | None | bool:
+def _plan(header: Sequence[str], rows: Sequence[Sequence[Any]], width: int, *,
+          glue: bool = True) -> list[int] | None | bool:
     """Column widths for ``width`` (None: rich's own layout fits), or False where even the longest
     words do not fit side by side."""
     columns = range(len(header))
     texts = [[_plain(row[i]) for row in rows if i < len(row)] for i in columns]
     maximum = [max([_longest_line(header[i]), *map(_longest_line, texts[i])]) for i in columns]
-    minimum = [max([_longest_word(header[i]), *map(_longest_word, texts[i])]) for i in columns]
+    minimum = [max([_longest_word(header[i]), *(_longest_word(t, glue) for t in texts[i])]) for i in columns]
     available = width - len(header) * _PADDING - (len(header) + 1) * _BORDER
     if sum(minimum) > available:
         return False

@@ -175,23 +175,24 @@ def closing_table(title: str, header: list[str], rows: list[list[str]]) -> Fitte
     """``run``'s closing table, made to fit a terminal of 80 columns or more.
 
     A footnote row (text in the first cell only) becomes a line of the caption, under the table and
-    wrapped to its width, after a legend for the ``seeds`` column. Leading columns that hold one value
-    in every row (``dataset ETTh1``, ``horizon 24`` when only they ran) move into the title, which
-    leaves room for the columns that differ; the rest is laid out by :class:`~recurbench.tables.FittedTable`
-    (cells wrap; a table still too wide is split, each part led by the columns before ``seeds``)."""
+    wrapped to its width, after a legend for the ``seeds`` column. The columns that name a row (those
+    before ``seeds``) and hold one value in every row (``dataset ETTh1``, ``horizon 24`` when only they
+    ran) move into the title, which leaves room for the columns that differ; the rest is laid out by
+    :class:`~recurbench.tables.FittedTable` (cells wrap; a table still too wide is split, each part led
+    by the naming columns)."""
     notes = [row[0] for row in rows if not any(row[1:])]
     body = [row for row in rows if any(row[1:])]
-    shared = 0
-    while len(body) > 1 and len(header) - shared > 2 and len({row[shared] for row in body}) == 1:
-        shared += 1
+    naming = next((i for i, h in enumerate(header) if h.startswith("seeds")), 0)
+    shared = [i for i in range(naming) if len(body) > 1 and len({row[i] for row in body}) == 1]
+    if len(shared) == naming:  # keep one column to name the rows by
+        shared = shared[:-1]
     if shared:
-        title += ": " + ", ".join(f"{header[i]} {body[0][i]}" for i in range(shared))
-    if any(h.startswith("seeds") for h in header):
+        title += ": " + ", ".join(f"{header[i]} {body[0][i]}" for i in shared)
+    if naming:
         notes.insert(0, SEEDS_LEGEND)
-    # The columns that name a row (those before "seeds") head each part where the table must be split.
-    keys = next((i for i, h in enumerate(header) if h.startswith("seeds")), 0) - shared
-    return FittedTable(title, header[shared:], [row[shared:] for row in body], caption="\n".join(notes) or None,
-                       keys=max(0, keys))
+    kept = [i for i in range(len(header)) if i not in shared]
+    return FittedTable(title, [header[i] for i in kept], [[row[i] for i in kept] for row in body],
+                       caption="\n".join(notes) or None, keys=naming - len(shared))
 
 
 def _selection(suite: str, seeds: int | None, first_seed: int, total_timesteps: int | None,
