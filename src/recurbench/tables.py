@@ -21,6 +21,7 @@ from typing import Any
 from rich.cells import cell_len
 from rich.console import Console, ConsoleOptions, RenderResult
 from rich.markup import escape
+from rich.measure import Measurement
 from rich.table import Table
 from rich.text import Text
 
@@ -128,7 +129,13 @@ class FittedTable:
         return table
 
     def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
-        yield from self.tables(options.max_width)
+        for table in self.tables(options.max_width):
+            title = str(table.title or "")
+            if cell_len(title) > Measurement.get(console, options, table).maximum:
+                # A title wider than its table (a caveat) reads at the terminal's width, not squeezed above it.
+                table.title = None
+                yield Text(Text.from_markup(title).plain, style="italic")
+            yield table
         if self.caption:  # at the terminal's width, not the table's (a narrow table would squeeze it)
             yield Text(self.caption)
 
