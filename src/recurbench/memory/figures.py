@@ -34,8 +34,12 @@ def place_legends(fig: Figure, axes: Sequence[Axes]) -> None:
         for ax in axes:
             ax.legend(fontsize=7)
         return
-    fig.legend(list(entries.values()), list(entries), loc="outside lower center", ncols=min(4, len(entries)),
-               fontsize=8, frameon=False)
+    # As many columns as the figure's width holds for its longest label (8 pt: about 0.06 in a character,
+    # plus the line sample): a single panel's legend was cut at both sides with four columns.
+    column_width = 0.7 + 0.06 * max(len(label) for label in entries)
+    ncols = max(1, min(len(entries), int(fig.get_figwidth() // column_width)))
+    fig.legend(list(entries.values()), list(entries), loc="outside lower center", ncols=ncols, fontsize=8,
+               frameon=False)
 
 
 def gradient_figure(panels: Sequence[tuple[str, Mapping[str, Sequence[float]], int | None]], title: str,
