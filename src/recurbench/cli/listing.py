@@ -71,12 +71,14 @@ def _models() -> tuple[list[dict[str, str]], list[Any]]:
     from recurbench.langs.models import LANG_MODELS  # noqa: PLC0415 - torch
 
     kinds = [
-        (ARCHITECTURES, "ltsf", lambda a: a.description),
-        (CORES, "minigrid, memory", lambda c: c.description),
-        (LANG_MODELS, "langs", lambda a: a.description),
+        (ARCHITECTURES, lambda _: "ltsf", lambda a: a.description),
+        # a core that cannot drive an agent (SAB) runs in the memory tasks only
+        (CORES, lambda c: "memory" if getattr(c, "not_for_agents", None) else "minigrid, memory",
+         lambda c: c.description),
+        (LANG_MODELS, lambda _: "langs", lambda a: a.description),
     ]
     items = [
-        {"name": name, "kind": registry.kind, "suites": suites, "package": registry.source(name).package,
+        {"name": name, "kind": registry.kind, "suites": suites(entry), "package": registry.source(name).package,
          "description": describe(entry)}
         for registry, suites, describe in kinds for name, entry in registry.items()
     ]
