@@ -175,7 +175,7 @@ def bench_kernels_cmd(
                               "default", "uses"],
                              [[r.kernel, r.configuration, f"sm_{r.arch}", fmt(r.registers), fmt(r.spill_bytes),
                                fmt(r.shared_bytes), fmt(r.occupancy, ".3f"), "yes" if r.default else "no",
-                               len(r.workloads)] for r in rows]))
+                               len(r.workloads)] for r in rows], keys=3))
     failed = [r for r in rows if r.error]
     if failed:
         raise RecurbenchError(f"{len(failed)} configuration(s) failed to compile, first: {failed[0].kernel} "
@@ -252,7 +252,7 @@ def bench_rl_cmd(
     if peer:
         rows.append(["sb3-contrib RecurrentPPO (LSTM)", f"{peer:.0f}", "1.00x", f"{result['fps_sb3_contrib_cpu']:.0f}", "1.00x"])
     header = ["agent", "steps/s (wall)", "vs sb3-contrib", "steps/CPU-s", "vs sb3-contrib (CPU)"]
-    console.print(table(f"PPO training steps/s on {env_id} ({n_envs} envs x {n_steps} steps)", header, rows))
+    console.print(table(f"PPO training steps/s on {env_id} ({n_envs} envs x {n_steps} steps)", header, rows, keys=1))
 
 
 def bench_langs_cmd(
@@ -280,7 +280,7 @@ def bench_langs_cmd(
               "run (min)"]
     body = [[r["language"], r["model"], r["attention"], f"{r['ms_per_batch']:.1f}", str(r["batches_per_epoch"]),
              f"{r['score_bin0_s']:.2f}", f"{r['score_bin1_s']:.2f}", f"{r['run_s'] / 60:.1f}"] for r in rows]
-    console.print(table(f"langs recognisers, profile {profile} (1 thread each)", header, body))
+    console.print(table(f"langs recognisers, profile {profile} (1 thread each)", header, body, keys=3))
 
 
 def bench_memory_cmd(

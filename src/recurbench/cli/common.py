@@ -135,10 +135,12 @@ def print_json(obj: Any) -> None:
     typer.echo(json.dumps(obj, indent=2, default=str))
 
 
-def table(title: str, header: list[str], rows: list[list[Any]], *, caption: str | None = None) -> FittedTable:
+def table(title: str, header: list[str], rows: list[list[Any]], *, caption: str | None = None,
+          keys: int = 0) -> FittedTable:
     """A table of plain text that fits the terminal it is printed on (:class:`recurbench.tables.FittedTable`:
-    cells wrap at spaces, names and numbers stay whole); ``caption`` (a legend) prints under it."""
-    return FittedTable(title, header, rows, caption=caption)
+    cells wrap at spaces, names and numbers stay whole); ``caption`` (a legend) prints under it; the
+    first ``keys`` columns name a row and lead each part where a wide table is split."""
+    return FittedTable(title, header, rows, caption=caption, keys=keys)
 
 
 def megabytes(n: float | None) -> str:
