@@ -262,3 +262,9 @@ def test_bench_rl_json_reports_fps_peer_and_ratio():
     assert out["fps"]["lstm"] > 0 and out["fps_sb3_contrib"] > 0
     assert out["ratio"]["lstm"] == pytest.approx(out["fps"]["lstm"] / out["fps_sb3_contrib"])
     assert out["ratio_cpu"]["lstm"] == pytest.approx(out["fps_cpu"]["lstm"] / out["fps_sb3_contrib_cpu"])
+
+
+def test_a_core_that_cannot_drive_an_agent_is_refused_at_plan_time():
+    definition, quick = load_profile("minigrid", "quick")
+    with pytest.raises(ConfigError, match="--models: memory core 'sab' cannot drive an agent: its memory grows"):
+        definition.plan(quick, {"models": ["sab"]}, data_dir=None)

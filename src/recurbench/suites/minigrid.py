@@ -164,6 +164,9 @@ class MinigridSuite(SuiteDefinition):
         assert isinstance(profile, MinigridProfile)
         pairs = selected_pairs(profile, selection)
         models = selected_names(selection, "models", profile.models, CORES, "memory core")
+        for name in models:  # before anything is planned or written: a core that cannot drive an agent
+            if why := getattr(CORES[name], "not_for_agents", None):
+                raise ConfigError(f"--models: memory core {name!r} cannot drive an agent: {why}")
         seeds = selected_seeds(selection, profile.seeds)
         if selection.get("total_timesteps"):
             profile = profile.model_copy(update={"total_timesteps": int(selection["total_timesteps"])})
