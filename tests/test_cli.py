@@ -353,3 +353,17 @@ def test_help_reads_as_words_and_gives_every_suites_device_default():
     for name in ("ltsf", "minigrid", "langs", "memory"):
         default = SUITES[name].default_device
         assert re.search(rf"{default} for [^;(]*\b{name}\b", device), (name, default, device[:400])
+
+
+def test_bench_rem_prints_units_a_person_reads_within_80_columns():
+    args = ["bench", "rem", "--seq-len", "256", "--heads", "6", "--head-dim", "4", "--batch", "1", "--repeats", "1",
+            "--threads", "1", "--device", "cpu"]
+    result = runner.invoke(app, args, env={"COLUMNS": "80"})
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    assert max(map(len, lines)) <= 80 and "…" not in result.output
+    row = {line.split("│")[1].strip(): line.split("│")[2].strip() for line in lines if line.count("│") == 3}
+    assert row["dense fwd+bwd"].endswith(("ms", " s")) and row["chunked peak"].endswith(" MB")
+    assert row["speed-up"].endswith("×") and row["memory saved"].endswith("×")
+    refused = runner.invoke(app, ["bench", "rem", "--full-size", "--seq-len", "64"])
+    assert "--full-size sets --seq-len to 4096: give one or the other" in str(refused.exception)
