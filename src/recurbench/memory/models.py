@@ -114,9 +114,13 @@ class SequenceModelConfig:
         if self.input_init not in SCHEMES:  # its shape is the model's: MemorySequenceModel checks the rest
             check_scheme(f"{where}.input_init", self.input_init, 1, 1)
 
-    def check_sequence(self, seq_len: int, where: str = "model") -> None:
+    def check_sequence(self, seq_len: int, where: str = "model", *, vocab_size: int | None = None) -> None:
         """Refuse settings that cannot work on sequences of ``seq_len`` steps (SAB's k, truncation and
-        stride), naming the key."""
+        stride) or, given the task's ``vocab_size``, on its input (an orthogonal ``input_init`` for an
+        input matrix that is not square), naming the key."""
+        if vocab_size is not None and self.core in RNN_FAMILY:
+            input_size = self.embedding_dim or vocab_size
+            check_scheme(f"{where}.input_init", self.input_init, self.hidden_size, input_size)
         if self.core != "sab":
             return
         stored = seq_len // self.memory_stride
@@ -170,7 +174,7 @@ class MemorySequenceModel(nn.Module):
                  *, compile_core: bool = False) -> None:
         super().__init__()
         config.check()
-        config.check_sequence(seq_len)
+        config.check_sequence(seq_len, vocab_size=vocab_size)
         self.config, self.seq_len, self.compile_core = config, seq_len, compile_core
         if config.embedding_dim is None:
             self.embed: nn.Module = OneHot(vocab_size)
@@ -178,8 +182,6 @@ class MemorySequenceModel(nn.Module):
         else:
             self.embed = nn.Embedding(vocab_size, config.embedding_dim)
             input_size = config.embedding_dim
-        if config.core in RNN_FAMILY:
-            check_scheme("model.input_init", config.input_init, config.hidden_size, input_size)
         self.core: MemoryCore = make_core(
             config.core, input_size, config.hidden_size, attention_size=config.attention_size, nu=config.nu,
             rho=config.rho, memory_window=config.memory_window or seq_len, nonlinearity=config.nonlinearity,

@@ -328,7 +328,7 @@ def _check_network(profile: MemoryProfile, network: SequenceModelConfig, task: M
     ``memory_stride``, ``truncate``); an error about a key of ``per_model.<core>.model`` names that key."""
     try:
         network.check("model")
-        network.check_sequence(task.seq_len, "model")
+        network.check_sequence(task.seq_len, "model", vocab_size=task.vocab_size)
     except ConfigError as exc:
         head, _, rest = str(exc).partition(":")
         key = head.removeprefix("model.")
