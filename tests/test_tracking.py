@@ -241,7 +241,6 @@ def test_a_tracking_server_that_stops_answering_fails_fast_and_once(monkeypatch)
     within MLflow's capped retries; every later write raises at once, and ending the run does not
     mask the error or wait again (the run is left RUNNING, its owner being this dying process)."""
     import socket
-    import time
 
     from mlflow.tracking import MlflowClient
 
@@ -257,11 +256,33 @@ def test_a_tracking_server_that_stops_answering_fails_fast_and_once(monkeypatch)
         with pytest.raises(StoreUnreachable, match=rf"^tracking server {uri} stopped answering \(.*\); the runs in "
                                                    "progress are left RUNNING"):
             client.get_experiment_by_name("x")
-        start = time.perf_counter()
+        assert ServerClient.lost[-1].startswith(f"tracking server {uri} stopped answering")
+
+        class NoMoreRequests:  # every later call must fail without asking the server again
+            def __getattr__(self, name):
+                def request(*args, **kwargs):
+                    raise AssertionError(f"a request ({name}) after the server was found gone")
+
+                return request
+
+        client._client = NoMoreRequests()
         handle = tracker._resume("some-run")
         with pytest.raises(StoreUnreachable), tracker.run("r", experiment="e", run_id="some-run"):
             handle.log_metrics({"loss": 1.0})
-        assert time.perf_counter() - start < 1.0
+
+
+def test_the_stop_line_says_runs_were_left_running_when_the_server_was_gone(monkeypatch, capsys):
+    from recurbench import cli
+    from recurbench.tracking import ServerClient
+
+    monkeypatch.setattr(ServerClient, "lost", ["tracking server http://h:5000 stopped answering (x); the runs in "
+                                               "progress are left RUNNING, and the next `recurbench run` on this "
+                                               "host ends them"])
+    with pytest.raises(SystemExit) as stop:
+        cli._stopped(15)
+    assert stop.value.code == 143
+    assert "stopped by SIGTERM: tracking server http://h:5000 stopped answering (x); the runs in progress are left " \
+           "RUNNING" in " ".join(capsys.readouterr().err.split())
 
 
 def test_a_crash_while_creating_a_store_leaves_no_half_created_store(tmp_path, monkeypatch):

@@ -56,7 +56,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 from urllib.parse import unquote
 
 from filelock import FileLock, Timeout
@@ -621,6 +621,9 @@ class ServerClient:
     so does every later call, at once (the runs are then left RUNNING: their owner, this process, is
     gone when the next driver looks). While the command stops, each request is tried once."""
 
+    lost: ClassVar[list[str]] = []
+    """What every client of this process that lost its server said (the command's stop line reads it)."""
+
     def __init__(self, client: Any, uri: str) -> None:
         self._client = client
         self._uri = uri
@@ -650,6 +653,7 @@ class ServerClient:
                 reason = errno.group(0).strip() if errno else type(cause or exc).__name__
                 self._lost = (f"tracking server {redact_uri(self._uri)} stopped answering ({reason}); the runs "
                               "in progress are left RUNNING, and the next `recurbench run` on this host ends them")
+                ServerClient.lost.append(self._lost)
                 raise StoreUnreachable(self._lost) from None
 
         return call

@@ -101,8 +101,12 @@ def _exit(exc: BaseException) -> None:
 
 
 def _stopped(signum: int) -> NoReturn:
-    err_console.print(f"stopped by {signal.Signals(signum).name}: the runs in progress were ended KILLED",
-                      highlight=False)
+    # A tracking server that stopped answering could not be told: its runs are left RUNNING (its client
+    # said so). The tracking module is only looked up, not imported: a command that never opened a store has none.
+    tracking = sys.modules.get("recurbench.tracking")
+    lost = list(getattr(getattr(tracking, "ServerClient", None), "lost", []))
+    what = lost[-1] if lost else "the runs in progress were ended KILLED"
+    err_console.print(f"stopped by {signal.Signals(signum).name}: {what}", highlight=False)
     sys.exit(128 + signum)
 
 
