@@ -502,6 +502,8 @@ def check_store(uri: str, *, write: bool = True) -> None:
     elif write and (uri.startswith("file:") or "://" not in uri):
         folder = Path(unquote(uri.removeprefix("file://").removeprefix("file:")))
         _writable_folder(folder, what)
+    elif "://" in uri and not uri.startswith("file:"):
+        mlflow_client(uri)  # another scheme: one MLflow cannot serve is a ConfigError; nothing local is created
 
 
 STORE_LOCK_TIMEOUT = 120.0
