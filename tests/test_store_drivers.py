@@ -76,7 +76,7 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
-def test_four_drivers_on_an_mlflow_server(tmp_path):
+def test_four_drivers_on_an_mlflow_server(tmp_path, monkeypatch):
     """The same with an MLflow server (started here): no lock to share, so each driver opens its run,
     reads again, and the earlier of two claims keeps the configuration (the other is deleted)."""
     import os
@@ -102,6 +102,8 @@ def test_four_drivers_on_an_mlflow_server(tmp_path):
                 assert server.poll() is None and time.monotonic() < deadline, "mlflow server did not start"
                 time.sleep(0.2)
         n, iterations = 4, 3
+        # A loaded machine's server may take longer than the 10 s default to answer: not what this tests.
+        monkeypatch.setenv("MLFLOW_HTTP_REQUEST_TIMEOUT", "300")
         run_drivers(tmp_path / "drivers", n, iterations, uri_template=uri)
         client = MlflowClient(uri)
         (experiment,) = [e for e in client.search_experiments() if e.name == "recurbench-drivers"]

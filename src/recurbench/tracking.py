@@ -454,12 +454,15 @@ def check_sqlite_file(path: Path, what: str, *, write: bool = True) -> None:
         _writable_folder(path.parent, what)  # sqlite writes its journal beside the file
 
 
-def _check_server(uri: str, what: str, timeout: float = 10.0) -> None:
+def _check_server(uri: str, what: str, timeout: float | None = None) -> None:
     """Refuse an HTTP tracking server that does not answer (MLflow's client would retry for minutes),
     or one that answers but is not MLflow (its client would fail with a long traceback): MLflow
     answers an experiment lookup with JSON, an experiment or an ``error_code``. The lookup may take a
     while on a server's first request (it opens its store then): a server that answers ``/health``
-    but not the lookup in time is left to MLflow's own client."""
+    but not the lookup in time is left to MLflow's own client. ``timeout``: MLflow's own request
+    timeout (``MLFLOW_HTTP_REQUEST_TIMEOUT``, 10 s where unset: :data:`SERVER_RETRIES`)."""
+    if timeout is None:
+        timeout = float(os.environ.get("MLFLOW_HTTP_REQUEST_TIMEOUT", SERVER_RETRIES["MLFLOW_HTTP_REQUEST_TIMEOUT"]))
     shown = redact_uri(uri)
     try:
         with urllib.request.urlopen(f"{uri.rstrip('/')}/health", timeout=timeout):
