@@ -18,16 +18,19 @@ matrix product over all steps). The memory ``M_t`` holds indices into the histor
   relevant set of ``rho``, updated by the rules of :mod:`.naive` (the relevancy scores are detached
   sums of attention, so the bookkeeping runs in numpy on the ``[B, nu + rho]`` index table).
 
-Forward keeps the histories ``h_t``, ``U h_t``, ``s_t``, ``q_t``, the gates (or pre-activations), the
-attention weights and the index table; backward runs the steps in reverse with explicit formulas,
+Forward keeps the histories ``h_t``, ``U h_t``, ``s_t``, ``q_t``, the gates and ``tanh c_t`` (an RNN: its
+pre-activations), the attention weights and the index table (the screened memory's keys and values
+are gathered from the histories again in the backward); backward runs the steps in reverse with explicit formulas,
 adding each read's gradients into the history's gradient buffers (every read of ``h_i`` comes from a
 later step, so ``h_i``'s gradient is complete when the reverse loop reaches step ``i``), and forms the
 weights' gradients at the end as single matrix products over all steps. ``tanh(q_t + U h_i)`` is
 recomputed rather than stored (the window's would be ``O(L^2 A)``).
 
+:func:`recurrent_sequence` is the same for the RNNs without attention (orth-RNN, expRNN).
+
 The same code runs on a GPU (PyTorch operations; the screening's table stays on the host, which costs
-one copy of ``alpha`` per step there). ``tests/kernels/memattn/test_sequence.py`` checks outputs and
-every gradient against the reference step in float64.
+a copy of ``alpha`` and of the table per step there). ``tests/kernels/memattn/test_sequence.py`` checks
+outputs and every gradient against the reference step in float64.
 """
 
 from __future__ import annotations
