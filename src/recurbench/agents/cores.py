@@ -192,6 +192,12 @@ class RNNCell(nn.Module):
     def forward(self, x: Tensor, s: Tensor) -> Tensor:
         return self.phi(self.input(x) + self.recurrent(s))
 
+    def sequence_parts(self, x: Tensor) -> tuple[Tensor, Tensor, Tensor | None]:
+        """For the whole-sequence functions: ``U x_t + b`` for every step, ``V``, and modReLU's bias (None
+        for another non-linearity)."""
+        bias = self.phi.bias if isinstance(self.phi, ModReLU) else None
+        return self.input(x), self.recurrent.weight, bias
+
 
 class RNNCore(MemoryCore):
     """A vanilla RNN, ``h_t = phi(U x_t + b + V h_{t-1})``, state ``(h,)``.
@@ -229,9 +235,7 @@ class RNNCore(MemoryCore):
         """One episode from an empty state, ``x`` [T, B, F] -> ``h_t`` [T, B, H], as one autograd node
         with a hand-written backward (:func:`~recurbench.kernels.memattn.sequence.recurrent_sequence`);
         ``expm(A)`` once for the whole sequence."""
-        rnn = self.rnn
-        bias = rnn.phi.bias if isinstance(rnn.phi, ModReLU) else None
-        return recurrent_sequence(rnn.input(x), rnn.recurrent.weight, bias, cell=rnn.nonlinearity)
+        return recurrent_sequence(*self.rnn.sequence_parts(x), cell=self.rnn.nonlinearity)
 
 
 class AttentiveCore(MemoryCore):
@@ -377,9 +381,7 @@ class AttentiveRNNCore(AttentiveCore):
         return self.rnn(x, s), c
 
     def _sequence_cell(self, x: Tensor) -> tuple[Tensor, Tensor, Tensor | None, str]:
-        rnn = self.rnn
-        bias = rnn.phi.bias if isinstance(rnn.phi, ModReLU) else None
-        return rnn.input(x), rnn.recurrent.weight, bias, rnn.nonlinearity
+        return *self.rnn.sequence_parts(x), self.rnn.nonlinearity
 
 
 class EpisodeMemLSTMCore(AttentiveLSTMCore):

@@ -38,13 +38,18 @@ NONLINEARITIES = ("tanh", "relu", "modrelu")
 def check_scheme(key: str, scheme: str, rows: int, cols: int, *, orthogonal: bool = False) -> None:
     """Refuse (a :class:`ConfigError` naming ``key``) an unknown scheme, an orthogonal scheme for a
     ``rows x cols`` matrix that is not square, and a non-orthogonal one where ``orthogonal`` is needed."""
-    if scheme not in SCHEMES:
-        raise ConfigError(f"{key}: unknown initialisation {scheme!r}; known: {', '.join(SCHEMES)}")
+    check_scheme_name(key, scheme)
     if scheme in ORTHOGONAL_SCHEMES and rows != cols:
         raise ConfigError(f"{key}: {scheme!r} makes a square orthogonal matrix, but this matrix is {rows} x {cols}")
     if orthogonal and scheme not in ORTHOGONAL_SCHEMES:
         raise ConfigError(f"{key}: this matrix stays orthogonal through training, so it needs an orthogonal start "
                           f"({', '.join(ORTHOGONAL_SCHEMES)}), not {scheme!r}")
+
+
+def check_scheme_name(key: str, scheme: str) -> None:
+    """Refuse (naming ``key``) a scheme that is not one of :data:`SCHEMES`."""
+    if scheme not in SCHEMES:
+        raise ConfigError(f"{key}: unknown initialisation {scheme!r}; known: {', '.join(SCHEMES)}")
 
 
 def check_nonlinearity(key: str, name: str) -> None:

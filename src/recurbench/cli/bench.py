@@ -313,8 +313,8 @@ def bench_memory_cmd(
                             progress=lambda what: status.update(f"benchmarking {what}"))
     if as_json:
         return print_json(rows)
-    first = {(r["core"], r["T"]): r["steps_per_cpu_s"] for r in rows if r["path"] == chosen_paths[-1]}
+    baseline = {(r["core"], r["T"]): r["steps_per_cpu_s"] for r in rows if r["path"] == chosen_paths[-1]}
     header = ["core", "T", "path", "steps/CPU-s", "steps/s (wall)", f"vs {chosen_paths[-1]} (CPU)"]
     body = [[r["core"], str(r["T"]), r["path"], f"{r['steps_per_cpu_s']:.0f}", f"{r['steps_per_s']:.0f}",
-             f"{r['steps_per_cpu_s'] / first[(r['core'], r['T'])]:.2f}x"] for r in rows]
+             f"{r['steps_per_cpu_s'] / baseline[(r['core'], r['T'])]:.2f}x"] for r in rows]
     console.print(table(f"memory-task training, copy, batch 10, width 128 ({threads} thread)", header, body))

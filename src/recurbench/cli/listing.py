@@ -73,7 +73,7 @@ def _models() -> tuple[list[dict[str, str]], list[Any]]:
     kinds = [
         (ARCHITECTURES, lambda _: "ltsf", lambda a: a.description),
         # a core that cannot drive an agent (SAB) runs in the memory tasks only
-        (CORES, lambda c: "memory" if getattr(c, "not_for_agents", None) else "minigrid, memory",
+        (CORES, lambda c: "memory" if c.not_for_agents else "minigrid, memory",
          lambda c: c.description),
         (LANG_MODELS, lambda _: "langs", lambda a: a.description),
     ]

@@ -40,7 +40,7 @@ from torch import Tensor, nn
 from torch.nn.utils import parametrize
 
 from recurbench.agents.cores import CORES, AttentiveCore, LSTMCore, MemoryCore, RNNCore, State, make_core
-from recurbench.agents.recurrent_init import SCHEMES, check_nonlinearity, check_scheme
+from recurbench.agents.recurrent_init import check_nonlinearity, check_scheme, check_scheme_name
 from recurbench.errors import ConfigError
 
 
@@ -111,8 +111,7 @@ class SequenceModelConfig:
         check_nonlinearity(f"{where}.nonlinearity", self.nonlinearity)
         check_scheme(f"{where}.recurrent_init", self.recurrent_init, self.hidden_size, self.hidden_size,
                      orthogonal=self.core == "exprnn")
-        if self.input_init not in SCHEMES:  # its shape is the model's: MemorySequenceModel checks the rest
-            check_scheme(f"{where}.input_init", self.input_init, 1, 1)
+        check_scheme_name(f"{where}.input_init", self.input_init)  # its shape: check_sequence
 
     def check_sequence(self, seq_len: int, where: str = "model", *, vocab_size: int | None = None) -> None:
         """Refuse settings that cannot work on sequences of ``seq_len`` steps (SAB's k, truncation and

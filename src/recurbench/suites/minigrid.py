@@ -165,7 +165,7 @@ class MinigridSuite(SuiteDefinition):
         pairs = selected_pairs(profile, selection)
         models = selected_names(selection, "models", profile.models, CORES, "memory core")
         for name in models:  # before anything is planned or written: a core that cannot drive an agent
-            if why := getattr(CORES[name], "not_for_agents", None):
+            if why := CORES[name].not_for_agents:
                 raise ConfigError(f"--models: memory core {name!r} cannot drive an agent: {why}")
         seeds = selected_seeds(selection, profile.seeds)
         if selection.get("total_timesteps"):
