@@ -177,19 +177,19 @@ class _AttentiveSequence(torch.autograd.Function):
             torch.mm(h, wk_t, out=k_t[t])
         ctx.cell = cell
         ctx.hist = hist
-        ctx.save_for_backward(xw, w_rec, wq, wk, v, bias)
+        ctx.save_for_backward(w_rec, wq, wk, v, bias)
         return hist.h.clone()
 
     @staticmethod
     def backward(ctx: Any, grad_out: Tensor) -> tuple[Tensor | None, ...]:
-        xw, w_rec, wq, wk, v, bias = ctx.saved_tensors
+        w_rec, wq, wk, v, bias = ctx.saved_tensors
         hist: _Histories = ctx.hist
         cell = ctx.cell
         T, B, H = hist.h.shape
         A = wq.shape[0]
         d_hist = grad_out.clone(memory_format=torch.contiguous_format)  # [T, B, H]: the outputs' gradients, then every read's (values and keys)
         d_keys = torch.zeros_like(hist.k)  # dL/d(U h_i), for U's gradient
-        d_xw = torch.empty_like(xw)
+        d_xw = torch.empty_like(hist.act)  # xw's shape: [T, B, G]
         d_q = torch.zeros_like(hist.q)
         d_v = torch.zeros_like(v)[None]
         one = v.new_ones(())
