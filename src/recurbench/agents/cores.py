@@ -75,7 +75,11 @@ class MemoryCore(nn.Module, ABC):
       and of the output it returns. ``settings`` are the suite's core settings (``attention_size``,
       ``nu``, ``rho``, ``memory_window``, from the suite file or ``--set``); a plugin is handed only
       those its ``__init__`` names. The suites log them (minigrid: ``core_settings.*``; memory:
-      ``network.*``) with the core's name (tag ``agent`` / ``model``).
+      ``network.*``) with the core's name (tag ``agent`` / ``model``). Its other keyword parameters
+      (``def __init__(self, input_size, hidden_size, *, layers: int = 1)``) are its own settings, set by
+      the profile's ``plugin_settings`` (``--set plugin_settings.NAME.layers=2``; one of the suite's core
+      settings given there applies to this core only), checked against the signature when the profile
+      loads and logged, defaults included, as ``plugin_settings.*`` params.
     * **State**: a tuple of tensors, each with the batch as its first dimension. :meth:`initial_state`
       is the state at an episode start and is all zeros: the rollout buffer pads stored states with
       zeros, so zeros must read as "empty". A state's other dimensions may change from step to step.
@@ -328,13 +332,14 @@ class AttentiveCore(MemoryCore):
             outputs.append(h)
         return outputs
 
-    def sequence_outputs(self, x: Tensor) -> Tensor:
+    def sequence_outputs(self, x: Tensor, loop: str = "auto") -> Tensor:
         """One episode from an empty state, ``x`` [T, B, F] -> ``h_t`` [T, B, H], as a single autograd
-        node with a hand-written backward (:func:`~recurbench.kernels.memattn.sequence.attentive_sequence`):
-        the same outputs and gradients as stepping, at a fraction of the cost per step."""
+        node with a hand-written backward (:func:`~recurbench.kernels.memattn.sequence.attentive_sequence`,
+        whose ``loop`` picks the C++ or the Python step loop): the same outputs and gradients as
+        stepping, at a fraction of the cost per step."""
         xw, w_rec, bias, cell = self._sequence_cell(x)
         return attentive_sequence(xw, w_rec, self.query.weight, self.query.bias, self.key.weight, self.v, bias,
-                                  cell=cell, nu=self.nu, rho=self.rho)
+                                  cell=cell, nu=self.nu, rho=self.rho, loop=loop)
 
     @abstractmethod
     def _sequence_cell(self, x: Tensor) -> tuple[Tensor, Tensor, Tensor | None, str]:
@@ -620,12 +625,12 @@ CORES: PluginRegistry[CoreSpec] = PluginRegistry("memory core", {
                     _sab, not_for_agents="its memory grows by one state every memory_stride steps for the whole "
                     "batch at once, which needs every row to step in lockstep; an agent's environments start "
                     "episodes at different steps"),
-}, _plugin_core)
+}, _plugin_core, constructor=lambda spec: spec.build, supplied=2)
 """Every memory core by name, built-ins and plugins (group ``recurbench.cores``) and ``module:Class``
 names (the agents and the memory tasks build theirs from here)."""
 
 
-def make_core(name: str, input_size: int, hidden_size: int, *, agent: bool = False, **settings: int) -> MemoryCore:
+def make_core(name: str, input_size: int, hidden_size: int, *, agent: bool = False, **settings: object) -> MemoryCore:
     """Build core ``name`` (a key of :data:`CORES`: built-in, plugin or ``module.path:ClassName``) with
     ``settings`` (``attention_size``, ``nu``, ``rho``, ``memory_window``; each core reads its own). ``agent``: the variant an agent runs
     (:attr:`CoreSpec.build_agent`): episodes run from a few steps to thousands, and MemLSTM's window is

@@ -27,12 +27,12 @@ def _reference(core: AttentiveCore, x: torch.Tensor) -> torch.Tensor:
     return core.forward_sequence(x, state, starts)[0]
 
 
-def _assert_matches_the_reference(core) -> None:
+def _assert_matches_the_reference(core, loop: str = "auto") -> None:
     """Outputs and the gradients of the input and every parameter, in float64, for 30 steps of 3 rows."""
     x = torch.randn(30, 3, 6, dtype=torch.float64, requires_grad=True)
     weight = torch.randn(30, 3, 8, dtype=torch.float64)  # a loss that weighs every output differently
     expected = _reference(core, x)
-    got = core.sequence_outputs(x)
+    got = core.sequence_outputs(x, loop=loop) if loop != "auto" else core.sequence_outputs(x)
     torch.testing.assert_close(got, expected, rtol=0, atol=1e-12)
     inputs = [x, *core.parameters()]
     names = ["x", *(n for n, _ in core.named_parameters())]
@@ -42,13 +42,33 @@ def _assert_matches_the_reference(core) -> None:
         torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-12, msg=n)
 
 
+@pytest.mark.parametrize("loop", ["native", "python"])
 @pytest.mark.parametrize(("name", "settings"), CASES)
-def test_outputs_and_every_gradient_match_the_reference_step_in_float64(name, settings):
+def test_outputs_and_every_gradient_match_the_reference_step_in_float64(name, settings, loop):
     torch.manual_seed(0)
     settings = {"memory_window": 60, **settings}
     core = make_core(name, 6, 8, attention_size=5, **settings).double()
     assert isinstance(core, AttentiveCore)
-    _assert_matches_the_reference(core)
+    _assert_matches_the_reference(core, loop)
+
+
+@pytest.mark.parametrize(("name", "settings"), [("rellstm", {"nu": 4, "rho": 4}), ("relrnn", {"nu": 3, "rho": 5}),
+                                                ("memlstm", {})])
+def test_the_two_loops_agree_in_float32_at_the_training_sizes(name, settings):
+    # The C++ loop against the Python one where training runs them: float32, batch 10, width 128,
+    # attention 64, a few hundred steps (rounding differs; the screening's choices must not).
+    torch.manual_seed(0)
+    core = make_core(name, 10, 128, attention_size=64, memory_window=300, **settings)
+    x = torch.randn(120, 10, 10)
+    weight = torch.randn(120, 10, 128)
+    outs, grads = [], []
+    for loop in ("native", "python"):
+        out = core.sequence_outputs(x, loop=loop)
+        outs.append(out)
+        grads.append(torch.autograd.grad((out * weight).sum(), list(core.parameters())))
+    torch.testing.assert_close(outs[0], outs[1], rtol=1e-4, atol=1e-5)
+    for n, a, b in zip([n for n, _ in core.named_parameters()], *grads, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-3, atol=1e-4, msg=n)
 
 
 def test_relevance_screening_keeps_the_states_that_drew_attention():
@@ -80,6 +100,44 @@ def test_the_rnns_sequence_matches_the_reference_step_in_float64(name, settings)
     _assert_matches_the_reference(core)
 
 
+def test_the_native_loop_is_refused_where_it_cannot_run(monkeypatch):
+    from recurbench.kernels.memattn import sequence
+
+    args = (torch.zeros(4, 2, 8), torch.zeros(8, 8), torch.zeros(3, 8), torch.zeros(3), torch.zeros(3, 8), torch.zeros(3))
+    with pytest.raises(ValueError, match="unknown loop 'cuda'"):
+        attentive_sequence(*args, cell="tanh", nu=2, rho=1, loop="cuda")
+    monkeypatch.setattr(sequence, "native_module", lambda: None)  # switched off, or no compiler
+    with pytest.raises(RuntimeError, match="RECURBENCH_NATIVE=0, or its build failed"):
+        attentive_sequence(*args, cell="tanh", nu=2, rho=1, loop="native")
+    assert attentive_sequence(*args, cell="tanh", nu=2, rho=1).shape == (4, 2, 8)  # auto: the Python loop
+
+
+def test_the_native_loops_saved_history_dies_with_the_graph(monkeypatch):
+    import weakref
+
+    from recurbench.kernels.memattn import sequence
+
+    built = sequence.native_module()
+    seen = []
+
+    class Spy:
+        def attentive_forward(self, *args):
+            hist = built.attentive_forward(*args)
+            seen.append(weakref.ref(hist[0]))
+            return hist
+
+        def attentive_backward(self, *args):
+            return built.attentive_backward(*args)
+
+    monkeypatch.setattr(sequence, "native_module", Spy)
+    core = make_core("rellstm", 6, 8, attention_size=5, nu=2, rho=2)
+    out = core.sequence_outputs(torch.randn(12, 2, 6))
+    assert seen and seen[0]() is not None
+    out.sum().backward()
+    del out
+    assert seen[0]() is None
+
+
 def test_the_saved_history_dies_with_the_graph(monkeypatch):
     # what the forward keeps for the backward lives on the graph's node; nothing must keep it beyond
     import weakref
@@ -96,7 +154,7 @@ def test_the_saved_history_dies_with_the_graph(monkeypatch):
     core = make_core("rellstm", 6, 8, attention_size=5, nu=2, rho=2)
     x = torch.randn(12, 2, 6)
     monkeypatch.setattr(sequence._Histories, "__init__", spy)
-    out = core.sequence_outputs(x)
+    out = core.sequence_outputs(x, loop="python")
     assert seen and seen[0]() is not None
     out.sum().backward()
     del out

@@ -28,20 +28,29 @@ recomputed rather than stored (the window's would be ``O(L^2 A)``).
 
 :func:`recurrent_sequence` is the same for the RNNs without attention (orth-RNN, expRNN).
 
-The same code runs on a GPU (PyTorch operations; the screening's table stays on the host, which costs
-a copy of ``alpha`` and of the table per step there). ``tests/kernels/memattn/test_sequence.py`` checks
+On a CPU the step loops of :func:`attentive_sequence` run in C++ (``sequence_native.cpp``, built on first
+use by :mod:`.native`; ``loop="python"`` asks for this module's): the same operations and formulas,
+with the per-slot work as plain loops instead of ~45 small PyTorch calls and ~100 us of interpreter a
+step (RelLSTM at T = 500, batch 10: about 3.5x the Python loop's steps per CPU-second;
+``docs/performance.md``). The Python loop is the fallback where no compiler is found, and the GPU's
+path (PyTorch operations; the screening's table stays on the host, which costs a copy of ``alpha`` and
+of the table per step there). ``tests/kernels/memattn/test_sequence.py`` checks
 outputs and every gradient against the reference step in float64.
 """
 
 from __future__ import annotations
 
+from types import ModuleType
 from typing import Any
 
 import numpy as np
 import torch
 from torch import Tensor
 
-CELLS = ("lstm", "tanh", "relu", "modrelu")
+from recurbench.kernels.memattn.native import SWITCH, native_module
+
+CELLS = ("lstm", "tanh", "relu", "modrelu")  # in the native loop's order (its Cell codes)
+LOOPS = ("auto", "native", "python")
 
 
 class _Screening:
@@ -119,7 +128,13 @@ class _Histories:
 class _AttentiveSequence(torch.autograd.Function):
     @staticmethod
     def forward(ctx: Any, xw: Tensor, w_rec: Tensor, wq: Tensor, bq: Tensor, wk: Tensor, v: Tensor, bias: Tensor,
-                cell: str, nu: int, rho: int) -> Tensor:
+                cell: str, nu: int, rho: int, native: ModuleType | None) -> Tensor:
+        ctx.native = native
+        if native is not None:  # the same loop in C++ (sequence_native.cpp)
+            ctx.cell = cell
+            ctx.hist = native.attentive_forward(xw, w_rec, wq, bq, wk, v, bias, CELLS.index(cell), nu, rho)
+            ctx.save_for_backward(w_rec, wq, wk, v, bias)
+            return ctx.hist[0].clone()
         T, B, _ = xw.shape
         H, A = w_rec.shape[1], wq.shape[0]
         lstm, window = cell == "lstm", rho == 0 and nu >= T
@@ -183,6 +198,9 @@ class _AttentiveSequence(torch.autograd.Function):
     @staticmethod
     def backward(ctx: Any, grad_out: Tensor) -> tuple[Tensor | None, ...]:
         w_rec, wq, wk, v, bias = ctx.saved_tensors
+        if ctx.native is not None:
+            grads = ctx.native.attentive_backward(grad_out, w_rec, wq, wk, v, bias, *ctx.hist, CELLS.index(ctx.cell))
+            return (*grads, None, None, None, None)
         hist: _Histories = ctx.hist
         cell = ctx.cell
         T, B, H = hist.h.shape
@@ -239,7 +257,7 @@ class _AttentiveSequence(torch.autograd.Function):
         d_bq = d_q.sum(dim=(0, 1))
         d_wk = d_keys.reshape(T * B, A).t() @ hist.h.reshape(T * B, H)
         d_bias = (d_xw * torch.sign(hist.act)).sum(dim=(0, 1)) if cell == "modrelu" else torch.zeros_like(bias)
-        return d_xw, d_w_rec, d_wq, d_bq, d_wk, d_v[0], d_bias, None, None, None
+        return d_xw, d_w_rec, d_wq, d_bq, d_wk, d_v[0], d_bias, None, None, None, None
 
 
 class _CellBackward:
@@ -285,21 +303,35 @@ class _CellBackward:
 
 
 def attentive_sequence(xw: Tensor, w_rec: Tensor, wq: Tensor, bq: Tensor, wk: Tensor, v: Tensor,
-                       bias: Tensor | None = None, *, cell: str, nu: int, rho: int) -> Tensor:
+                       bias: Tensor | None = None, *, cell: str, nu: int, rho: int, loop: str = "auto") -> Tensor:
     """The outputs ``h_t`` [T, B, H] of an attentive core over ``T`` steps from an empty state.
 
     ``xw`` [T, B, G]: the input projections with the cell's biases (``G = 4H`` for the LSTM, gates in
     ``nn.LSTMCell``'s order i, f, g, o; ``H`` for an RNN); ``w_rec`` [G, H] the recurrent matrix
     applied to ``s_t``; ``wq`` [A, H], ``bq`` [A] the query; ``wk`` [A, H] the keys; ``v`` [A];
     ``bias`` [H]: modReLU's. ``cell``: ``lstm``, ``tanh``, ``relu`` or ``modrelu``.
+
+    ``loop``: where the step loop runs (:data:`LOOPS`): ``native``, the C++ loop of
+    ``sequence_native.cpp`` (CPU tensors; built on first use, :mod:`.native`); ``python``, this module's;
+    ``auto`` (default), the C++ loop on a CPU where it could be built, else Python's.
     """
+    if loop not in LOOPS:
+        raise ValueError(f"attentive_sequence: unknown loop {loop!r}; choose {', '.join(LOOPS)}")
     if cell not in CELLS:
         raise ValueError(f"attentive_sequence: unknown cell {cell!r}; choose {', '.join(CELLS)}")
     if nu < 1 or rho < 0:
         raise ValueError(f"attentive_sequence: need nu >= 1 and rho >= 0, got nu={nu}, rho={rho}")
     if bias is None:
         bias = xw.new_zeros(w_rec.shape[1])
-    return _AttentiveSequence.apply(xw, w_rec, wq, bq, wk, v, bias, cell, nu, rho)
+    native = None
+    if loop != "python" and xw.device.type == "cpu":
+        native = native_module()
+        if native is None and loop == "native":
+            raise RuntimeError("attentive_sequence: loop='native' asked for, but the C++ loop is not available "
+                               f"({SWITCH}=0, or its build failed: see the warning)")
+    elif loop == "native":
+        raise ValueError(f"attentive_sequence: loop='native' runs on the CPU only; these tensors are on {xw.device}")
+    return _AttentiveSequence.apply(xw, w_rec, wq, bq, wk, v, bias, cell, nu, rho, native)
 
 
 
@@ -349,4 +381,4 @@ def recurrent_sequence(xw: Tensor, w_rec: Tensor, bias: Tensor | None = None, *,
         bias = xw.new_zeros(w_rec.shape[1])
     return _RecurrentSequence.apply(xw, w_rec, bias, cell)
 
-__all__ = ["CELLS", "attentive_sequence", "recurrent_sequence"]
+__all__ = ["CELLS", "LOOPS", "attentive_sequence", "recurrent_sequence"]

@@ -1,0 +1,65 @@
+"""The C++ step loop of :mod:`.sequence` (``sequence_native.cpp``), compiled on first use.
+
+``torch.utils.cpp_extension.load`` builds it with the machine's C++ compiler (about a minute, once;
+then cached in PyTorch's extension directory, ``$TORCH_EXTENSIONS_DIR``, and rebuilt only when the
+source, the flags or PyTorch change). ``-march=native`` lets the compiler vectorise the per-slot loops
+for this CPU, so the build's name carries a digest of the CPU's model and flags: a cache shared by
+machines with different CPUs holds one build per kind.
+
+Where no compiler is found, or ``RECURBENCH_NATIVE=0`` is set, :func:`native_module` returns ``None``
+and the Python loop of the same function runs instead (the same results, about 3x slower per step at
+batch 10): a warning says why, once.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import os
+import platform
+import warnings
+from pathlib import Path
+from types import ModuleType
+
+SOURCE = Path(__file__).with_name("sequence_native.cpp")
+SWITCH = "RECURBENCH_NATIVE"
+"""Environment variable: ``0`` turns the native loop off (the Python loop runs)."""
+
+
+def _cpu_digest() -> str:
+    """The CPU's model and feature flags, hashed: what ``-march=native`` compiles for."""
+    described = platform.machine()
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as info:
+            described += "".join(line for line in info if line.startswith(("model name", "flags")))
+    except OSError:
+        described += platform.processor()
+    return hashlib.sha256(described.encode()).hexdigest()[:10]
+
+
+def native_enabled() -> bool:
+    return os.environ.get(SWITCH, "1").strip() != "0"
+
+
+@functools.cache
+def native_module() -> ModuleType | None:
+    """The compiled module (``attentive_forward``, ``attentive_backward``), or ``None`` when it is
+    switched off or cannot be built (with a warning naming the reason)."""
+    if not native_enabled():
+        return None
+    try:
+        from torch.utils.cpp_extension import load
+
+        native = "-march=native" if platform.machine() in ("x86_64", "AMD64") else "-mcpu=native"
+        flags = ["-O3", native, "-fopenmp-simd"]  # simd: the dot products' reductions in vector lanes
+        return load(name=f"recurbench_memattn_{_cpu_digest()}", sources=[str(SOURCE)], extra_cflags=flags,
+                    verbose=False)
+    except Exception as exc:  # noqa: BLE001 - any build failure means: run the Python loop
+        reason = str(exc).strip().splitlines()[-1] if str(exc).strip() else type(exc).__name__
+        warnings.warn(f"recurbench: the attentive cores' C++ step loop could not be built ({reason}); the Python "
+                      f"loop runs instead (same results, slower). Install a C++ compiler, or set {SWITCH}=0 to "
+                      "silence this.", RuntimeWarning, stacklevel=2)
+        return None
+
+
+__all__ = ["SOURCE", "SWITCH", "native_enabled", "native_module"]
