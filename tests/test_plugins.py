@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 from typer.testing import CliRunner
 
 from recurbench.agents.cores import CORES, LSTMCore, make_core
@@ -21,8 +22,9 @@ from recurbench.cli import app
 from recurbench.errors import ConfigError
 from recurbench.forecasters.models import ARCHITECTURES
 from recurbench.langs.models import LANG_MODELS
+from recurbench.plugins import SettingError
 from recurbench.suites.registry import SUITES
-from recurbench.testing import check_plugin
+from recurbench.testing import check_forecaster, check_language_model, check_plugin
 
 EXAMPLE = Path(__file__).parents[1] / "examples" / "gru_plugin"
 REGISTRIES = (CORES, ARCHITECTURES, LANG_MODELS, SUITES)
@@ -232,3 +234,227 @@ def test_an_entry_set_in_process_is_undone_by_monkeypatch(monkeypatch, fresh_reg
         assert CORES.source("lstm").package == "in-process" and "extra" in CORES
     assert CORES.source("lstm").package == "recurbench" and "extra" not in CORES
     assert isinstance(make_core("lstm", 3, 4), LSTMCore)
+
+
+# -- a plugin's own settings (plugin_settings) --------------------------------------------------------
+
+SETTINGS_FORECASTER = '''
+import torch
+from torch import nn
+
+
+class TinyGRU(nn.Module):
+    """A GRU forecaster of its own width and depth."""
+
+    def __init__(self, cfg, *, width: int = 16, layers: int = 1):
+        super().__init__()
+        self.cfg = cfg
+        self.gru = nn.GRU(cfg.n_features + cfg.n_marks, width, num_layers=layers, batch_first=True)
+        self.head = nn.Linear(width, cfg.pred_len * cfg.n_features)
+
+    def forward(self, x, x_mark, y_mark):
+        h, _ = self.gru(torch.cat([x, x_mark], dim=-1))
+        return x[:, -1:, :] + self.head(h[:, -1]).view(x.shape[0], self.cfg.pred_len, self.cfg.n_features)
+'''
+
+SETTINGS_CORE = '''
+import torch
+from torch import nn
+from recurbench.agents.cores import MemoryCore
+
+
+class StackedGRU(MemoryCore):
+    """GRU cells stacked ``layers`` deep; the state is one ``h`` per layer."""
+
+    def __init__(self, input_size, hidden_size, *, layers: int = 1, nu: int = 0):
+        super().__init__(input_size, hidden_size)
+        self.layers, self.nu = layers, nu
+        self.cells = nn.ModuleList(nn.GRUCell(input_size if i == 0 else hidden_size, hidden_size)
+                                   for i in range(layers))
+
+    def initial_state(self, batch, device="cpu"):
+        return tuple(torch.zeros(batch, self.hidden_size, device=device) for _ in self.cells)
+
+    def cell(self, x, state):
+        out = []
+        for cell, h in zip(self.cells, state):
+            x = cell(x, h)
+            out.append(x)
+        return x, tuple(out)
+'''
+
+SETTINGS_RECOGNIZER = '''
+from torch import nn
+from recurbench.langs.models import Recognizer
+
+
+class DeepGRU(Recognizer):
+    """A GRU language model ``layers`` deep."""
+
+    def __init__(self, cfg, *, layers: int = 1):
+        super().__init__(cfg)
+        self.layers = layers
+        self.gru = nn.GRU(cfg.d_model, cfg.d_model, num_layers=layers, batch_first=True)
+
+    def encode(self, h):
+        return self.gru(h)[0]
+'''
+
+
+@pytest.fixture
+def module_folder(tmp_path, monkeypatch, fresh_registries):
+    """A folder for the user's own modules, the working directory (the quick path's place); the
+    changes the quick path makes to ``sys.path`` and ``PYTHONPATH`` are undone after the test."""
+    folder = tmp_path / "mine"
+    folder.mkdir()
+    monkeypatch.chdir(folder)
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    monkeypatch.setenv("PYTHONPATH", os.environ.get("PYTHONPATH", ""))
+    return folder
+
+
+def _nested_runs(store: str, suite: str):
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(store)
+    experiment = client.get_experiment_by_name(f"recurbench-{suite}")
+    return [r for r in client.search_runs([experiment.experiment_id]) if r.data.tags.get("role") != "parent"]
+
+
+def test_a_module_class_runs_with_its_own_settings_through_the_cli(module_folder, tmp_path, data_dir):
+    """``--models module:Class`` with ``--set plugin_settings.<name>.<key>``: the class is built with
+    the setting, the run logs it (and the setting left at its default) as params, ``compare`` and
+    ``report`` show its row; a key the class does not take is one line naming the key and the class,
+    before anything trains."""
+    (module_folder / "my_forecaster_e2e.py").write_text(SETTINGS_FORECASTER)
+    name, store = "my_forecaster_e2e:TinyGRU", f"sqlite:///{tmp_path / 'mlflow.db'}"
+    common = ["--profile", "quick", "--models", name, "--tracking-uri", store, "--data-dir", str(data_dir)]
+    result = runner.invoke(app, ["run", "ltsf", *common, "--set", f"plugin_settings.{name}.width=8",
+                                 "--set", "training.epochs=1"])
+    assert result.exit_code == 0, result.output
+    [run] = _nested_runs(store, "ltsf")
+    params = run.data.params
+    assert run.info.status == "FINISHED" and run.data.tags["model"] == name
+    assert {k: v for k, v in params.items() if k.startswith("plugin_settings.")} == {
+        "plugin_settings.width": "8", "plugin_settings.layers": "1"}
+    features, marks = int(params["network.n_features"]), int(params["network.n_marks"])
+    gru = sum(p.numel() for p in torch.nn.GRU(features + marks, 8).parameters())
+    assert int(params["n_params"]) == gru + (8 + 1) * 24 * features  # built at width 8
+    assert "test_mse" in run.data.metrics
+
+    listed = runner.invoke(app, ["compare", "ltsf", "--tracking-uri", store, "--format", "csv"])
+    assert listed.exit_code == 0, listed.output
+    assert f"ETTh1,24,{name},mse," in listed.output
+    report = runner.invoke(app, ["report", "ltsf", "--tracking-uri", store, "--out", str(tmp_path / "report"),
+                                 "--format", "markdown"])
+    assert report.exit_code == 0, report.output
+    assert f"| {name} |" in (tmp_path / "report" / "report.md").read_text()
+
+    bad = runner.invoke(app, ["run", "ltsf", *common, "--set", f"plugin_settings.{name}.widht=8"])
+    assert isinstance(bad.exception, ConfigError), bad.output
+    message = str(bad.exception)
+    assert "\n" not in message
+    assert message.endswith(
+        f"ltsf.yaml: profiles.quick.plugin_settings.{name}.widht: unknown setting 'widht' of forecaster {name!r} "
+        f"(class my_forecaster_e2e.TinyGRU); its settings: width, layers (with --set plugin_settings.{name}.widht=8)")
+    assert len(_nested_runs(store, "ltsf")) == 1  # nothing else ran
+
+
+def _plan(suite: str, overrides: list[str], selection: dict, data_dir=None):
+    from recurbench.suites.registry import load_profile
+
+    definition, profile = load_profile(suite, "quick", overrides=overrides)
+    return definition.plan(profile, selection, data_dir=data_dir)
+
+
+@pytest.mark.parametrize(("suite", "text", "selection"), [
+    ("memory", SETTINGS_CORE, {"tasks": ["copy"]}),
+    ("minigrid", SETTINGS_CORE, {"envs": ["GoToDoor"]}),
+    ("langs", SETTINGS_RECOGNIZER, {"languages": ["parity"]}),
+])
+def test_every_suite_plans_a_plugin_with_its_own_settings_and_builds_it_with_them(module_folder, suite, text,
+                                                                                  selection):
+    module = f"own_settings_{suite}"
+    (module_folder / f"{module}.py").write_text(text)
+    cls = "DeepGRU" if suite == "langs" else "StackedGRU"
+    name = f"{module}:{cls}"
+    [plan] = _plan(suite, [f"plugin_settings.{name}.layers=2"], {**selection, "models": [name]})
+    # StackedGRU's nu is a setting the suite hands every core (model.nu, core.nu): logged there, not here
+    assert plan.params["plugin_settings"] == {"layers": 2}
+    if suite == "memory":
+        from recurbench.memory.models import build_model
+        from recurbench.memory.tasks import make_task
+
+        built = build_model(make_task("copy", 10), plan.payload.network).core
+    elif suite == "minigrid":
+        from recurbench.agents.training import make_agent
+
+        pair, core, profile = plan.payload
+        built = make_agent(core, pair.train, profile.ppo.model_copy(update={"n_envs": 1}), profile.core, seed=0,
+                           plugin_settings=plan.params["plugin_settings"]).policy.core
+    else:
+        from recurbench.langs.models import build_recognizer
+
+        built = build_recognizer(name, plan.payload.network, **plan.payload.model_settings)
+    assert type(built).__name__ == cls and built.layers == 2
+
+
+def test_a_setting_without_a_default_must_be_given_and_a_built_in_takes_none(module_folder):
+    (module_folder / "needs_a_width.py").write_text(SETTINGS_FORECASTER.replace("width: int = 16", "width: int"))
+    name = "needs_a_width:TinyGRU"
+    with pytest.raises(SettingError) as missing:
+        ARCHITECTURES.settings_for(name)
+    assert str(missing.value) == (f"forecaster {name!r} (class needs_a_width.TinyGRU) needs setting 'width', which has "
+                                  f"no default: give it with --set plugin_settings.{name}.width=VALUE")
+    assert ARCHITECTURES.settings_for(name, {"width": 4}) == {"width": 4, "layers": 1}
+    with pytest.raises(SettingError, match=r"setting 'width' of forecaster .*: Input should be a valid integer"):
+        ARCHITECTURES.settings_for(name, {"width": "wide"})
+    with pytest.raises(ConfigError) as built_in:
+        _plan("memory", ["plugin_settings.lstm.layers=2"], {"tasks": ["copy"]})
+    assert str(built_in.value).split("memory.yaml: ")[1] == (
+        "profiles.quick.plugin_settings.lstm: 'lstm' is a built-in memory core: its settings are the suite's own "
+        "keys (see the suite file), not plugin_settings (with --set plugin_settings.lstm.layers=2)")
+
+
+def test_a_dotted_module_path_split_by_set_is_one_name_again(module_folder):
+    package = module_folder / "own_pkg"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "cores.py").write_text(SETTINGS_CORE)
+    name = "own_pkg.cores:StackedGRU"
+    [plan] = _plan("memory", [f"plugin_settings.{name}.layers=3"], {"tasks": ["copy"], "models": [name]})
+    assert plan.params["plugin_settings"] == {"layers": 3} and plan.payload.network.core_settings == {"layers": 3}
+
+
+def test_the_kit_checks_a_plugin_at_its_own_settings(module_folder):
+    (module_folder / "kit_settings.py").write_text(SETTINGS_FORECASTER + SETTINGS_RECOGNIZER)
+    assert "serialisation" in check_forecaster("kit_settings:TinyGRU", settings={"width": 4, "layers": 2})
+    assert "causal" in check_language_model("kit_settings:DeepGRU", settings={"layers": 2})
+
+
+def test_plugins_run_under_the_ray_engine(example, module_folder, tmp_path, monkeypatch):
+    """``--engine ray`` with the installed example (entry points; its folder is on the driver's
+    ``sys.path`` only, as a ``pip install --target`` folder would be) and a ``module:Class`` from a
+    folder on the driver's ``sys.path`` only, with a setting of its own: each run is a Ray task in a
+    fresh worker process, which must load both, and ends FINISHED with the plugin's metrics."""
+    pytest.importorskip("ray")
+    monkeypatch.setenv("RAY_memory_monitor_refresh_ms", "0")  # as tests/test_engine.py: other work beside
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "ray_own_cores.py").write_text(SETTINGS_CORE)
+    monkeypatch.syspath_prepend(str(elsewhere))
+    monkeypatch.chdir(tmp_path)  # not the module's folder: a worker finds it through the driver only
+    name, store = "ray_own_cores:StackedGRU", f"sqlite:///{tmp_path / 'mlflow.db'}"
+    result = runner.invoke(app, [
+        "run", "memory", "--profile", "quick", "--models", f"gru,{name}", "--tasks", "copy",
+        "--set", f"plugin_settings.{name}.layers=2", "--set", "training.updates=30", "--tracking-uri", store,
+        "--engine", "ray", "--workers", "1", "--cpus-per-run", "1"])  # a Ray instance of 1 CPU
+    assert result.exit_code == 0, result.output
+    runs = {r.data.tags["model"]: r for r in _nested_runs(store, "memory")}
+    assert set(runs) == {"gru", name}
+    for run in runs.values():
+        assert run.info.status == "FINISHED"
+        assert {"accuracy", "train_accuracy", "grad_first_final", "updates"} <= run.data.metrics.keys()
+        assert run.data.metrics["updates"] == 30
+    assert runs[name].data.params["plugin_settings.layers"] == "2"
+    assert not any(k.startswith("plugin_settings.") for k in runs["gru"].data.params)  # GRUCore takes none

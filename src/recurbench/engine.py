@@ -47,6 +47,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from recurbench.errors import ConfigError
+from recurbench.plugins import plugin_paths
 from recurbench.runtime import raise_if_terminated, tune_allocator
 from recurbench.tracking import (
     MlflowRun,
@@ -438,13 +439,19 @@ def _local_only_settings() -> Iterator[None]:
       Windows). The variable reaches the raylet and the workers; Ray read it into ``ray_constants``
       when this process imported it, hence the patch of that module's copy too.
     * ``RAY_ADDRESS`` removed, so that nothing in the instance attaches elsewhere.
+    * ``PYTHONPATH`` extended by the folders this process finds plugins in that a fresh interpreter
+      would not search (:func:`recurbench.plugins.plugin_paths`): the workers then load the plugins the
+      driver planned with (entry points of a package installed into such a folder, ``module:Class``).
     """
     import ray._private.ray_constants as ray_constants  # noqa: PLC0415 - Ray is optional (the ray extra)
     from ray._raylet import Config  # noqa: PLC0415 - Ray is optional (the ray extra)
 
     saved_env = {name: os.environ.get(name) for name in ("RAY_AUTH_MODE", "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER",
-                                                          "RAY_ADDRESS")}
+                                                          "RAY_ADDRESS", "PYTHONPATH")}
     saved_flag = ray_constants.ENABLE_RAY_CLUSTER
+    if extra := plugin_paths():
+        os.environ["PYTHONPATH"] = os.pathsep.join([*filter(None, (saved_env["PYTHONPATH"] or "").split(os.pathsep)),
+                                                    *extra])
     os.environ["RAY_AUTH_MODE"] = "token"
     os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
     os.environ.pop("RAY_ADDRESS", None)

@@ -22,19 +22,42 @@ the class is imported from the user's module when first named.
 Bad plugins never take the built-ins down: a plugin that fails to import, or whose name clashes with a
 built-in or another plugin, is left out with one line on stderr naming the entry point, its package
 and the reason (also kept in :attr:`PluginRegistry.problems`, which ``recurbench list`` shows).
+
+**A plugin's own settings.** Besides what the suite hands every model of its kind (a forecaster's or
+language model's ``cfg``; a core's ``input_size``, ``hidden_size`` and the suite's core settings), a
+plugin class may take settings of its own: the keyword parameters of its ``__init__`` after those. Every
+suite's profile has a ``plugin_settings`` mapping, model name -> {setting: value}, set in a suite file
+or on the command line (``--set plugin_settings.gru.layers=2``, ``--set
+plugin_settings.my_module:TinyGRU.width=16``). :meth:`PluginRegistry.own_settings` checks them against
+the class's signature (an unknown key, or a value its annotation refuses, is one line naming the key and
+the class, when the profile loads); :meth:`PluginRegistry.settings_for` gives a run's settings (the
+class's defaults with the given values over them), which the suite passes to the class and logs as
+``plugin_settings.<key>`` params. A class that takes ``**kwargs`` accepts any key. The built-ins' settings
+are the suites' own keys, so ``plugin_settings`` refuses a built-in's name.
+
+Ray workers load plugins the way the driver does, from the entry points and ``module:Class`` names they
+read; :func:`plugin_paths` names the folders a fresh interpreter would not search (a ``pip install
+--target`` folder put on ``sys.path``, a quick-path module's folder), which the engine hands its local
+Ray instance's workers on ``PYTHONPATH``.
 """
 
 from __future__ import annotations
 
+import functools
 import importlib
 import inspect
 import os
+import site
 import sys
-from collections.abc import Callable, Iterator, Mapping, MutableMapping
+from collections.abc import Callable, Collection, Iterator, Mapping, MutableMapping
 from dataclasses import dataclass
 from importlib import metadata
-from typing import Generic, TypeVar
+from pathlib import Path
+from typing import Annotated, Any, Generic, TypeVar
 
+from pydantic import AfterValidator, BeforeValidator, ConfigDict, TypeAdapter, ValidationError
+
+from recurbench.config import KeyPathError
 from recurbench.errors import ConfigError
 
 T = TypeVar("T")
@@ -130,13 +153,22 @@ class PluginRegistry(MutableMapping[str, T], Generic[T]):
         that keeps the kind's contract, or a ready entry); raises ``TypeError`` for anything else.
     quick_path : bool
         Whether a ``module.path:ClassName`` name is looked up (models: yes; suites: no).
+    constructor : callable, optional
+        ``constructor(entry) -> callable``: what builds an entry's model, whose keyword parameters after
+        the first ``supplied`` positional ones are the model's own settings (:meth:`own_settings`).
+        None: the kind's entries take no settings of their own (suites).
+    supplied : int
+        How many leading parameters of the constructor the suite always passes itself (a forecaster's
+        ``cfg``: 1; a core's ``input_size, hidden_size``: 2).
     """
 
     def __init__(self, kind: str, builtins: Mapping[str, T], adapt: Callable[[object, str], T], *,
-                 quick_path: bool = True) -> None:
+                 quick_path: bool = True, constructor: Callable[[T], Callable[..., object]] | None = None,
+                 supplied: int = 0) -> None:
         self.kind, self.group, self.quick_path = kind, GROUPS[kind], quick_path
         self._builtins = dict(builtins)
         self._adapt = adapt
+        self._constructor, self._supplied = constructor, supplied
         self._entries: dict[str, T] | None = None
         self._sources: dict[str, PluginSource] = {}
         self.problems: list[str] = []
@@ -185,6 +217,7 @@ class PluginRegistry(MutableMapping[str, T], Generic[T]):
         if name not in entries:
             entries[name] = self._adapt_quick(import_target(name, self.kind), name)
             self._sources[name] = PluginSource("module path", name)
+            _QUICK_PATH_MODULES.add(name.partition(":")[0])
         return entries[name]
 
     def _adapt_quick(self, obj: object, name: str) -> T:
@@ -238,6 +271,213 @@ class PluginRegistry(MutableMapping[str, T], Generic[T]):
     def reload(self) -> None:
         """Forget the loaded plugins: the next read looks the group up again (after an install)."""
         self._entries, self._sources, self.problems = None, {}, []
+
+    # -- a plugin's own settings -------------------------------------------------------------------
+    def _subject(self, name: str) -> str:
+        constructor = _unwrap(self._constructor(self[name])) if self._constructor is not None else None
+        return f"{self.kind} {name!r}" + (f" (class {_qualified(constructor)})" if constructor is not None else "")
+
+    def own_settings(self, name: str) -> dict[str, inspect.Parameter] | None:
+        """The settings model ``name`` takes of its own: its constructor's keyword parameters after the
+        ones the suite supplies, by name; None where it takes ``**kwargs`` (any key)."""
+        if self._constructor is None:
+            return {}
+        constructor = _unwrap(self._constructor(self[name]))
+        try:
+            parameters = list(_signature(constructor).parameters.values())
+        except (TypeError, ValueError):  # a builder without a signature: nothing can be checked
+            return None
+        if any(p.kind is p.VAR_KEYWORD for p in parameters):
+            return None
+        positional = [p for p in parameters if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+        skipped = {p.name for p in positional[: self._supplied]}
+        return {p.name: p for p in parameters
+                if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) and p.name not in skipped}
+
+    def check_settings(self, name: str, given: Mapping[str, Any]) -> dict[str, Any]:
+        """``given`` (setting -> value, for model ``name``) checked against the model's own settings:
+        each key one of them, each value of its annotated type (validated as pydantic does, not
+        strictly: ``2`` for a float). Returns the validated values; a :class:`SettingError` names the
+        first bad key and the class."""
+        if self.is_builtin(name):
+            raise SettingError(None, f"{name!r} is a built-in {self.kind}: its settings are the suite's own keys "
+                                     "(see the suite file), not plugin_settings")
+        own = self.own_settings(name)
+        if own is None:
+            return dict(given)
+        out = {}
+        for key, value in given.items():
+            if key not in own:
+                takes = f"its settings: {', '.join(own)}" if own else "it takes none of its own"
+                raise SettingError(key, f"unknown setting {key!r} of {self._subject(name)}; {takes}")
+            out[key] = _validated(own[key], value, f"setting {key!r} of {self._subject(name)}")
+        return out
+
+    def settings_for(self, name: str, given: Mapping[str, Any] | None = None, *,
+                     shared: Collection[str] = ()) -> dict[str, Any]:
+        """The own settings a run of model ``name`` passes to its class and logs: each of its own
+        settings at its default (those with a plain default: a number, text, a bool, None or a list of
+        them), with ``given`` (checked by :meth:`check_settings`) over them. ``shared``: the suite's
+        settings every model of the kind is handed anyway (a core's ``nu``, logged with the suite's
+        settings): left out unless given. A built-in without ``given`` has none. A setting without a
+        default that is neither given nor shared is a :class:`SettingError`."""
+        given = self.check_settings(name, given) if given else {}
+        if self.is_builtin(name):
+            return given
+        own = self.own_settings(name) or {}
+        out: dict[str, Any] = {}
+        for key, parameter in own.items():
+            if key in given or key in shared:
+                continue
+            if parameter.default is inspect.Parameter.empty:
+                raise SettingError(key, f"{self._subject(name)} needs setting {key!r}, which has no default: "
+                                        f"give it with --set plugin_settings.{name}.{key}=VALUE")
+            if _plain(parameter.default):
+                out[key] = parameter.default
+        return {**out, **given}
+
+
+class SettingError(ConfigError):
+    """A plugin setting that cannot be had; ``key`` is the setting (None: the whole mapping)."""
+
+    def __init__(self, key: str | None, message: str) -> None:
+        super().__init__(message)
+        self.key, self.message = key, message
+
+
+def _qualified(obj: object) -> str:
+    return f"{getattr(obj, '__module__', '?')}.{getattr(obj, '__qualname__', repr(obj))}"
+
+
+def _unwrap(constructor: Callable[..., object]) -> Callable[..., object]:
+    """The class behind ``functools.partial(call_with_settings, cls)`` (a plugin core's builder)."""
+    if isinstance(constructor, functools.partial) and constructor.func is call_with_settings and constructor.args:
+        return constructor.args[0]
+    return constructor
+
+
+def _signature(constructor: Callable[..., object]) -> inspect.Signature:
+    try:
+        return inspect.signature(constructor, eval_str=True)
+    except (NameError, SyntaxError, TypeError):  # an annotation that names what its module lacks: unchecked
+        return inspect.signature(constructor)
+
+
+def _plain(value: object) -> bool:
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return True
+    return isinstance(value, (list, tuple)) and all(_plain(v) for v in value)
+
+
+def _validated(parameter: inspect.Parameter, value: object, subject: str) -> object:
+    """``value`` validated against ``parameter``'s annotation (unchecked where it has none, or one
+    pydantic cannot read)."""
+    annotation = parameter.annotation
+    if annotation is inspect.Parameter.empty or isinstance(annotation, str):
+        return value
+    try:
+        adapter = TypeAdapter(annotation, config=ConfigDict(arbitrary_types_allowed=True))
+    except Exception:  # noqa: BLE001 - a type pydantic has no schema for: left to the class
+        return value
+    try:
+        return adapter.validate_python(value)
+    except ValidationError as exc:
+        error = exc.errors()[0]
+        raise SettingError(parameter.name, f"{subject}: {error['msg']} (got {value!r})") from None
+
+
+def plugin_settings_field(registry: PluginRegistry[Any]) -> Any:
+    """The type of a suite profile's ``plugin_settings``: model name -> {setting: value}, each model a
+    plugin of ``registry`` and each setting checked against its class (:meth:`PluginRegistry.check_settings`),
+    as the profile loads; an error names its key path (``plugin_settings.gru.layrs``).
+
+    ``--set plugin_settings.my.module:Net.width=8`` splits the name at its dots: those parts are joined
+    again into the name ``my.module:Net``."""
+
+    def join_names(value: Any) -> Any:
+        if not isinstance(value, Mapping):
+            return value
+        out: dict[str, Any] = {}
+        for name, settings in value.items():
+            for full, own in _joined(str(name), settings, registry):
+                out[full] = {**out.get(full, {}), **own} if isinstance(own, Mapping) else own
+        return out
+
+    def check(value: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+        out = {}
+        for name, settings in value.items():
+            try:
+                known = name in registry
+            except ConfigError as exc:
+                raise KeyPathError((name,), str(exc)) from None
+            if not known:
+                raise KeyPathError((name,), f"unknown {registry.kind} {name!r}; known: {', '.join(registry)}")
+            try:
+                out[name] = registry.check_settings(name, settings)
+            except SettingError as exc:
+                raise KeyPathError((name,) if exc.key is None else (name, exc.key), exc.message) from None
+        return out
+
+    return Annotated[dict[str, dict[str, Any]], BeforeValidator(join_names), AfterValidator(check)]
+
+
+def planned_settings(registry: PluginRegistry[Any], name: str, plugin_settings: Mapping[str, Mapping[str, Any]], *,
+                     shared: Collection[str] = ()) -> dict[str, Any]:
+    """What a suite's ``plan`` calls for each model: :meth:`PluginRegistry.settings_for` with the
+    profile's ``plugin_settings`` of model ``name``; a :class:`ConfigError` names the key
+    (``plugin_settings.<name>.<key>: ...``)."""
+    try:
+        return registry.settings_for(name, plugin_settings.get(name), shared=shared)
+    except SettingError as exc:
+        key = f"plugin_settings.{name}" + (f".{exc.key}" if exc.key else "")
+        raise ConfigError(f"{key}: {exc.message}") from None
+
+
+def _joined(name: str, settings: Any, registry: PluginRegistry[Any]) -> Iterator[tuple[str, Any]]:
+    """``(model name, settings)`` pairs of one key of ``plugin_settings``, a dotted module path that
+    ``--set`` split into nested keys joined again: a name is complete once it has a ``:`` or is a
+    registry's name."""
+    if ":" in name or not isinstance(settings, Mapping) or name in registry:
+        yield name, settings
+        return
+    for part, below in settings.items():
+        yield from _joined(f"{name}.{part}", below, registry)
+
+
+_QUICK_PATH_MODULES: set[str] = set()
+"""The modules named by ``module:Class`` so far in this process."""
+
+
+def plugin_paths() -> list[str]:
+    """The ``sys.path`` folders this process finds plugins in that a fresh interpreter of this Python
+    would not search: where each installed plugin distribution of recurbench's groups lies (a ``pip
+    install --target`` folder put on the path, say) and where each ``module:Class`` named so far was
+    imported from. The site-packages folders (an ordinary or editable install) are left out. A local Ray
+    instance's workers get these on ``PYTHONPATH``, so that they load the plugins the driver loaded."""
+    default = {*site.getsitepackages(), site.getusersitepackages(), *os.environ.get("PYTHONPATH", "").split(os.pathsep)}
+    default = {os.path.realpath(p) for p in default if p}
+    found: list[str] = []
+
+    def add(folder: str | os.PathLike[str]) -> None:
+        real = os.path.realpath(folder)
+        if real not in default and real not in found and os.path.isdir(real):
+            found.append(real)
+
+    for group in GROUPS.values():
+        for ep in metadata.entry_points(group=group):
+            dist = getattr(ep, "dist", None)
+            if dist is not None and (where := dist.locate_file("")) is not None:
+                add(where)
+    for module_name in sorted(_QUICK_PATH_MODULES):
+        module = sys.modules.get(module_name)
+        file = getattr(module, "__file__", None)
+        if file is None:
+            continue
+        root = Path(file).parent
+        for _ in range(module_name.count(".") + (Path(file).name == "__init__.py")):
+            root = root.parent
+        add(root)
+    return found
 
 
 def call_with_settings(cls: Callable[..., T], *args: object, **settings: object) -> T:

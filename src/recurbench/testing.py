@@ -186,7 +186,8 @@ def check_core(core: str | type | Callable[[], MemoryCore], *, input_size: int =
     input_size, hidden_size : int
         The widths it is built with (a factory must use them too).
     settings : dict, optional
-        Core settings (``attention_size``, ``nu``, ``rho``, ``memory_window``); default small ones.
+        Core settings (``attention_size``, ``nu``, ``rho``, ``memory_window``) and a plugin's own
+        (``{"layers": 2}``); default small ones of the former.
     agent : bool
         Check the agents' variant (``make_core(..., agent=True)``) of a named core.
     lockstep : bool, optional
@@ -351,16 +352,16 @@ FORECASTER_RSA = RSASpec(k=(1, 1, 1, 1, 0, 0), dilations=(2,))
 """REM heads for an RSA model (four heads: regular, cos, sin, dilated regular)."""
 
 
-def _forecaster_factory(model: str | type | Callable[..., nn.Module],
-                        cfg: ForecasterConfig) -> tuple[str, Callable[[], nn.Module]]:
+def _forecaster_factory(model: str | type | Callable[..., nn.Module], cfg: ForecasterConfig,
+                        settings: dict[str, Any]) -> tuple[str, Callable[[], nn.Module]]:
     if isinstance(model, str):
         cfg = cfg.with_(rsa=FORECASTER_RSA) if ARCHITECTURES[model].rsa and cfg.rsa is None else cfg
-        return f"check_forecaster({model!r})", lambda: build_network(model, cfg)
-    return f"check_forecaster({getattr(model, '__name__', repr(model))})", lambda: model(cfg)
+        return f"check_forecaster({model!r})", lambda: build_network(model, cfg, **settings)
+    return f"check_forecaster({getattr(model, '__name__', repr(model))})", lambda: model(cfg, **settings)
 
 
 def check_forecaster(model: str | type | Callable[..., nn.Module], *, cfg: ForecasterConfig | None = None,
-                     seed: int = 0) -> list[str]:
+                     settings: dict[str, Any] | None = None, seed: int = 0) -> list[str]:
     """Check a forecaster network against the contract in :mod:`recurbench.forecasters.models`.
 
     Parameters
@@ -370,6 +371,8 @@ def check_forecaster(model: str | type | Callable[..., nn.Module], *, cfg: Forec
         :data:`FORECASTER_RSA`), or a class / callable built as ``model(cfg)``.
     cfg : ForecasterConfig, optional
         The window and sizes (default :data:`FORECASTER_CONFIG`); keep ``dropout`` 0.
+    settings : dict, optional
+        A plugin's own settings (keyword parameters after ``cfg``), built as ``model(cfg, **settings)``.
     seed : int
         The seed of the builds, inputs and each forward (ProbSparse samples keys).
 
@@ -379,7 +382,7 @@ def check_forecaster(model: str | type | Callable[..., nn.Module], *, cfg: Forec
         The properties checked; a failing one raises :class:`ContractError`.
     """
     cfg = cfg or FORECASTER_CONFIG
-    subject, factory = _forecaster_factory(model, cfg)
+    subject, factory = _forecaster_factory(model, cfg, settings or {})
     kit = _ForecasterKit(factory, cfg, seed)
     return _Checks(subject).run([(name, getattr(kit, name)) for name in _ForecasterKit.PROPERTIES])
 
@@ -446,19 +449,19 @@ LANG_CONFIG = LangModelConfig(d_model=10, n_heads=5, n_layers=2, d_ff=20, dropou
 """The small network :func:`check_language_model` builds with (an RSA model gets its Table 2 heads)."""
 
 
-def _language_factory(model: str | type | Callable[..., nn.Module],
-                      cfg: LangModelConfig) -> tuple[str, Callable[[], nn.Module]]:
+def _language_factory(model: str | type | Callable[..., nn.Module], cfg: LangModelConfig,
+                      settings: dict[str, Any]) -> tuple[str, Callable[[], nn.Module]]:
     if isinstance(model, str):
         from recurbench.langs.models import PAPER_HEADS  # noqa: PLC0415 - beside LANG_MODELS above
 
         if LANG_MODELS[model].rsa and cfg.rem_k is None:
             cfg = LangModelConfig(**{**cfg.__dict__, "rem_k": PAPER_HEADS.get(model, (cfg.n_heads, 0, 0, 0, 0, 0))})
-        return f"check_language_model({model!r})", lambda: build_recognizer(model, cfg)
-    return f"check_language_model({getattr(model, '__name__', repr(model))})", lambda: model(cfg)
+        return f"check_language_model({model!r})", lambda: build_recognizer(model, cfg, **settings)
+    return f"check_language_model({getattr(model, '__name__', repr(model))})", lambda: model(cfg, **settings)
 
 
 def check_language_model(model: str | type | Callable[..., nn.Module], *, cfg: LangModelConfig | None = None,
-                         seed: int = 0) -> list[str]:
+                         settings: dict[str, Any] | None = None, seed: int = 0) -> list[str]:
     """Check a language model against :class:`~recurbench.langs.models.Recognizer`'s contract.
 
     Parameters
@@ -468,6 +471,8 @@ def check_language_model(model: str | type | Callable[..., nn.Module], *, cfg: L
         ``model(cfg)``.
     cfg : LangModelConfig, optional
         Sizes (default :data:`LANG_CONFIG`); keep ``dropout`` 0.
+    settings : dict, optional
+        A plugin's own settings (keyword parameters after ``cfg``), built as ``model(cfg, **settings)``.
     seed : int
         The seed of the builds and inputs.
 
@@ -477,7 +482,7 @@ def check_language_model(model: str | type | Callable[..., nn.Module], *, cfg: L
         The properties checked; a failing one raises :class:`ContractError`.
     """
     cfg = cfg or LANG_CONFIG
-    subject, factory = _language_factory(model, cfg)
+    subject, factory = _language_factory(model, cfg, settings or {})
     kit = _LanguageKit(factory, seed)
     return _Checks(subject).run([(name, getattr(kit, name)) for name in _LanguageKit.PROPERTIES])
 

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 import numpy as np
 from pydantic import Field
@@ -88,17 +88,23 @@ def mission_len(core_settings: CoreSettings) -> int:
     return MISSION_LEN if core_settings.mission else 0
 
 
+AGENT_CORE_SETTINGS = ("attention_size", "nu", "rho", "memory_window")
+"""The core settings every agent's core but the LSTM is handed (a core reads those its ``__init__`` names)."""
+
+
 def make_agent(
     core: str, env_id: str, ppo: PPOSettings, core_settings: CoreSettings, *, seed: int, device: str = "cpu",
-    test_env_id: str | None = None,
+    test_env_id: str | None = None, plugin_settings: Mapping[str, Any] | None = None,
 ) -> MemoryPPO:
     """A ``MemoryPPO`` with ``core`` on ``ppo.n_envs`` copies of ``env_id``, observing the mission or
     not as ``core_settings.mission`` says; ``test_env_id``, the env it will be tested on, sizes
-    MemLSTM's window (:func:`memory_window`)."""
+    MemLSTM's window (:func:`memory_window`). ``plugin_settings``: a plugin core's own settings, over
+    the shared ones."""
+    shared = dict(attention_size=core_settings.attention_size, nu=core_settings.nu, rho=core_settings.rho,
+                  memory_window=memory_window(core_settings, env_id, test_env_id)) if core != "lstm" else {}
     policy_kwargs = dict(
         core=core, hidden_size=core_settings.hidden_size, features="minigrid", features_dim=core_settings.features_dim,
-        core_kwargs=dict(attention_size=core_settings.attention_size, nu=core_settings.nu, rho=core_settings.rho,
-                         memory_window=memory_window(core_settings, env_id, test_env_id)) if core != "lstm" else {},
+        core_kwargs={**shared, **(plugin_settings or {})},
     )
     env = make_vec_env(env_id, ppo.n_envs, seed, mission_len=mission_len(core_settings))
     return MemoryPPO(
@@ -164,10 +170,12 @@ def train_agent(
     run: RunHandle | None = None,
     progress: Callable[[float, float, str], None] = lambda *_: None,
     device: str = "cpu",
+    plugin_settings: Mapping[str, Any] | None = None,
 ) -> AgentResult:
     """Train ``core`` on ``train_env`` (on ``device``), then measure mean reward on ``train_env`` and
-    ``test_env``."""
-    model = make_agent(core, train_env, ppo, core_settings, seed=seed, device=device, test_env_id=test_env)
+    ``test_env``. ``plugin_settings``: a plugin core's own settings (:func:`make_agent`)."""
+    model = make_agent(core, train_env, ppo, core_settings, seed=seed, device=device, test_env_id=test_env,
+                       plugin_settings=plugin_settings)
     rollouts = max(1, total_timesteps // (ppo.n_envs * ppo.n_steps))
     callback = CurveCallback(run, total_timesteps, progress, log_every=max(1, rollouts // 200))
     start = time.perf_counter()

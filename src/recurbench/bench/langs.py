@@ -63,7 +63,7 @@ def _time_job(job: LangsJob, splits: dict[str, EncodedSplit], batches: int, seed
     train = splits["train"]
     bins = {name: splits[name] for name in ("bin0", "bin1")}
     torch.manual_seed(seed)
-    model = build_recognizer(job.model, job.network)
+    model = build_recognizer(job.model, job.network, **job.model_settings)
     optimizer = torch.optim.Adam(model.parameters(), lr=job.training.learning_rate)
     order = train.batches(job.training.batch_size, np.random.default_rng(seed))
     device = torch.device("cpu")

@@ -119,6 +119,9 @@ class Recognizer(nn.Module):
       name as tag ``model``.
     * **Returns** from ``forward(ids [B, T])`` (0 = padding, only at the end; symbols 1 and 2) the
       two units' probabilities ``[B, T, 2]`` in [0, 1], one prediction per prefix.
+    * **Its own settings**: keyword parameters of ``__init__`` after ``cfg`` are the plugin's own, set by
+      the profile's ``plugin_settings`` (``--set plugin_settings.NAME.layers=2``), checked against the
+      signature when the profile loads and logged, defaults included, as ``plugin_settings.*`` params.
     * **Causal and stateless**: position t reads positions <= t only (so the padding after a string
       never changes its predictions), no row reads another, and nothing carries over between calls:
       every string is its own episode.
@@ -236,7 +239,8 @@ class LSTMRecognizer(Recognizer):
 
 @dataclass(frozen=True)
 class LangArchitecture:
-    build: Callable[[LangModelConfig], Recognizer]
+    build: Callable[..., Recognizer]
+    """``build(cfg, **settings)``: the built-ins take ``cfg`` only; a plugin class, its own settings too."""
     paper_name: str | None
     """The model's column in the RSA paper's Table 2 (None: not in it)."""
     rsa: bool = False
@@ -267,13 +271,15 @@ LANG_MODELS: PluginRegistry[LangArchitecture] = PluginRegistry("language model",
         for name in PAPER_HEADS
     },
     "lstm": LangArchitecture(LSTMRecognizer, None, description="the recurrent reference: an LSTM of width d_model"),
-}, _plugin_language_model)
+}, _plugin_language_model, constructor=lambda arch: arch.build, supplied=1)
 """Model name -> how to build it, its Table 2 column and whether it has RSA layers: the built-ins,
 plugins and ``module.path:ClassName`` names."""
 
 
-def build_recognizer(name: str, cfg: LangModelConfig) -> Recognizer:
-    """The network of model ``name`` (its config checked first: a ConfigError names the problem)."""
+def build_recognizer(name: str, cfg: LangModelConfig, **settings: object) -> Recognizer:
+    """The network of model ``name``, built as ``build(cfg, **settings)`` (``settings``: a plugin's own,
+    :meth:`~recurbench.plugins.PluginRegistry.settings_for`); its config checked first: a ConfigError
+    names the problem."""
     if name not in LANG_MODELS:
         raise ConfigError(f"unknown model {name!r}; known: {', '.join(LANG_MODELS)}")
     arch = LANG_MODELS[name]
@@ -281,4 +287,4 @@ def build_recognizer(name: str, cfg: LangModelConfig) -> Recognizer:
         cfg.check(arch.rsa)
     except ConfigError as exc:
         raise ConfigError(f"model {name!r}: {exc}") from None
-    return arch.build(cfg)
+    return arch.build(cfg, **settings)

@@ -31,7 +31,7 @@ the tensor the next step consumed), except for MemLSTM's history, whose ``h_t`` 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -42,6 +42,10 @@ from torch.nn.utils import parametrize
 from recurbench.agents.cores import CORES, AttentiveCore, LSTMCore, MemoryCore, RNNCore, State, make_core
 from recurbench.agents.recurrent_init import check_nonlinearity, check_scheme, check_scheme_name
 from recurbench.errors import ConfigError
+
+SHARED_CORE_SETTINGS = ("attention_size", "nu", "rho", "memory_window", "nonlinearity", "recurrent_init",
+                        "input_init", "topk", "truncate", "memory_stride")
+"""The settings of :class:`SequenceModelConfig` every core is handed (each reads those its ``__init__`` names)."""
 
 
 @dataclass(frozen=True)
@@ -79,6 +83,9 @@ class SequenceModelConfig:
         SAB: the recurrent state is detached every ``truncate`` steps (truncated backpropagation).
     memory_stride : int
         SAB: every ``memory_stride``-th state is stored.
+    core_settings : dict
+        A plugin core's own settings (the memory suite's ``plugin_settings``), handed to it over the
+        shared ones above; empty for the built-ins.
     """
 
     core: str
@@ -94,6 +101,7 @@ class SequenceModelConfig:
     topk: int = 10
     truncate: int = 10
     memory_stride: int = 2
+    core_settings: dict[str, Any] = field(default_factory=dict, hash=False)
 
     def check(self, where: str = "model") -> None:
         """Raise a :class:`ConfigError` naming the first bad setting (``where`` prefixes its key)."""
@@ -181,12 +189,10 @@ class MemorySequenceModel(nn.Module):
         else:
             self.embed = nn.Embedding(vocab_size, config.embedding_dim)
             input_size = config.embedding_dim
-        self.core: MemoryCore = make_core(
-            config.core, input_size, config.hidden_size, attention_size=config.attention_size, nu=config.nu,
-            rho=config.rho, memory_window=config.memory_window or seq_len, nonlinearity=config.nonlinearity,
-            recurrent_init=config.recurrent_init, input_init=config.input_init, topk=config.topk,
-            truncate=config.truncate, memory_stride=config.memory_stride,
-        )
+        shared = {key: getattr(config, key) for key in SHARED_CORE_SETTINGS}
+        shared["memory_window"] = config.memory_window or seq_len
+        self.core: MemoryCore = make_core(config.core, input_size, config.hidden_size,
+                                          **{**shared, **config.core_settings})
         self.head = nn.Linear(config.hidden_size, n_classes)
         nn.init.xavier_normal_(self.head.weight)  # the reference code's readout init
         nn.init.zeros_(self.head.bias)

@@ -27,7 +27,7 @@ from __future__ import annotations
 import csv
 import statistics
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, field, fields
 from functools import lru_cache
 from typing import Annotated, Any
 
@@ -40,6 +40,7 @@ from recurbench.errors import ConfigError
 from recurbench.forecasters.training import count_parameters, rsa_state
 from recurbench.langs.models import LANG_MODELS, PAPER_HEADS, LangModelConfig, build_recognizer
 from recurbench.langs.training import EncodedSplit, LangEpoch, LangTrainConfig, train_recognizer
+from recurbench.plugins import planned_settings, plugin_settings_field
 from recurbench.records import logged_settings
 from recurbench.reference import reference_text
 from recurbench.suites.base import (
@@ -114,6 +115,9 @@ class LangsProfile(StrictModel):
     training: LangTrainingSettings = LangTrainingSettings()
     torch_threads: PositiveInt = 1
     """Intra-op threads per run: these networks are far too small to gain from a second thread."""
+    plugin_settings: plugin_settings_field(LANG_MODELS) = {}  # type: ignore[valid-type]
+    """Plugin language model -> its own settings (keyword parameters of its ``__init__`` after ``cfg``),
+    e.g. ``--set plugin_settings.gru.layers=2``; logged as ``plugin_settings.*`` params."""
 
     @field_validator("rem_heads")
     @classmethod
@@ -138,6 +142,8 @@ class LangsJob:
     training: LangTrainConfig
     cache_dir: str | None = None
     torch_threads: int = 1
+    model_settings: dict[str, Any] = field(default_factory=dict, hash=False)
+    """A plugin's own settings (``plugin_settings``), passed to its class."""
 
 
 def _data_spec(profile: LangsProfile, language: str) -> LangDataSpec:
@@ -170,12 +176,14 @@ def _job(profile: LangsProfile, spec: LangDataSpec, model: str) -> tuple[LangsJo
         where = f"rem_heads.{model}" if str(exc).startswith("rem_k") else "model"
         raise ConfigError(f"{where}: {exc}") from None
     training = LangTrainConfig(**profile.training.model_dump())
-    job = LangsJob(model, spec, network, training, profile.cache_dir, profile.torch_threads)
+    own = planned_settings(LANG_MODELS, model, profile.plugin_settings)
+    job = LangsJob(model, spec, network, training, profile.cache_dir, profile.torch_threads, own)
     params = {
         "language": spec.language, "model": model,
         "data": {k: v for k, v in spec.as_dict().items() if k != "language"},
         "network": {**asdict(network), "rem_k": list(rem_k) if rem_k else "none"},
         "training": asdict(training), "torch_threads": profile.torch_threads,
+        **({"plugin_settings": own} if own else {}),
     }
     return job, params
 
@@ -242,7 +250,7 @@ class LangsSuite(SuiteDefinition):
         run.set_tags({"data_digest": data.digest})
         train = EncodedSplit.of(data.language, data.splits["train"])
         bins = {name: EncodedSplit.of(data.language, data.splits[name]) for name in ("bin0", "bin1")}
-        network = build_recognizer(job.model, job.network).to(device)
+        network = build_recognizer(job.model, job.network, **job.model_settings).to(device)
         n_params = count_parameters(network)
         epochs = job.training.epochs
         epoch_done = [0]

@@ -19,7 +19,7 @@ from __future__ import annotations
 import csv
 import statistics
 from collections.abc import Mapping, Sequence
-from dataclasses import MISSING, asdict, dataclass, fields, replace
+from dataclasses import MISSING, asdict, dataclass, field, fields, replace
 from functools import lru_cache
 from typing import Annotated, Any, Literal
 
@@ -50,6 +50,7 @@ from recurbench.forecasters.training import (
     rsa_state,
     train,
 )
+from recurbench.plugins import planned_settings, plugin_settings_field
 from recurbench.records import flatten, logged_settings, param_value
 from recurbench.reference import reference_text
 from recurbench.suites.base import (
@@ -168,6 +169,9 @@ class LTSFProfile(StrictModel):
     torch_threads: PositiveInt = 1
     """Intra-op threads per run. 1 by default: on a shared 2-core machine, torch's spinning worker
     threads make 2 threads several times slower than 1 as soon as another process competes."""
+    plugin_settings: plugin_settings_field(ARCHITECTURES) = {}  # type: ignore[valid-type]
+    """Plugin forecaster -> its own settings (keyword parameters of its ``__init__`` after ``cfg``),
+    e.g. ``--set plugin_settings.gru.layers=2``; logged as ``plugin_settings.*`` params."""
 
     @field_validator("rem_heads")
     @classmethod
@@ -217,6 +221,8 @@ class LTSFJob:
     network: ForecasterConfig
     training: TrainConfig
     torch_threads: int = 1
+    model_settings: dict[str, Any] = field(default_factory=dict, hash=False)
+    """A plugin's own settings (``plugin_settings``), passed to its class."""
 
 
 def _selected_horizons(raw: Sequence[Any]) -> list[int]:
@@ -280,12 +286,14 @@ def _job(
     except ConfigError as exc:
         raise ConfigError(f"{dataset} horizon {horizon} {model}: {exc}") from None
     window = WindowSpec(setting.seq_len, setting.label_len, horizon)
-    job = LTSFJob(dataset, model, window, network, training, profile.torch_threads)
+    own = planned_settings(ARCHITECTURES, model, profile.plugin_settings)
+    job = LTSFJob(dataset, model, window, network, training, profile.torch_threads, own)
     params = {
         "dataset": dataset, "model": model, "horizon": horizon,
         "network": {k: v for k, v in asdict(network).items() if k != "rsa"},
         "rsa": asdict(rsa) if rsa is not None else "none",
         "training": asdict(training), "torch_threads": profile.torch_threads,
+        **({"plugin_settings": own} if own else {}),
     }
     return job, params
 
@@ -379,7 +387,7 @@ class LTSFSuite(SuiteDefinition):
         job: LTSFJob = plan.payload
         torch.set_num_threads(job.torch_threads)
         data = _prepared(job.dataset, job.window, data_dir)
-        network = build_network(job.model, job.network).to(device)
+        network = build_network(job.model, job.network, **job.model_settings).to(device)
         n_params = count_parameters(network)
         run.set_tags(data.provenance())
         run.log_metrics({"n_params": n_params})

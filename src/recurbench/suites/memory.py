@@ -55,7 +55,7 @@ from recurbench.agents.cores import CORES
 from recurbench.config import KeyPathError, StrictModel, Unique, check_unique, known_name
 from recurbench.errors import ConfigError
 from recurbench.memory.figures import gradient_figure
-from recurbench.memory.models import RNN_FAMILY, SequenceModelConfig
+from recurbench.memory.models import RNN_FAMILY, SHARED_CORE_SETTINGS, SequenceModelConfig
 from recurbench.memory.tasks import MEMORY_TASKS, MemoryTask, make_task
 from recurbench.memory.training import (
     OPTIMIZERS,
@@ -64,6 +64,7 @@ from recurbench.memory.training import (
     kappa_variants,
     train_memory_task,
 )
+from recurbench.plugins import planned_settings, plugin_settings_field
 from recurbench.records import logged_settings
 from recurbench.reference import kerg_table5_reference
 from recurbench.suites.base import (
@@ -194,6 +195,10 @@ class MemoryProfile(StrictModel):
     """Each sweep's runs join the plan when its task and ``rellstm`` are selected (see the module docstring)."""
     torch_threads: PositiveInt = 1
     """Intra-op threads per run: at batch 10 and width 128 a second thread does not pay."""
+    plugin_settings: plugin_settings_field(CORES) = {}  # type: ignore[valid-type]
+    """Plugin core -> its own settings (keyword parameters of its ``__init__`` after ``input_size,
+    hidden_size``; one of ``model``'s given here applies to it alone), e.g. ``--set
+    plugin_settings.gru.layers=2``; logged as ``plugin_settings.*`` params."""
 
     @model_validator(mode="after")
     def _models_by_length_within_the_grid(self) -> MemoryProfile:
@@ -276,7 +281,8 @@ def _overridden(profile: MemoryProfile, core: str, task: str, block: str) -> dic
 
 def _network(profile: MemoryProfile, core: str, task: str) -> SequenceModelConfig:
     own = {k: v for k, (_, v) in _overridden(profile, core, task, "model").items()}
-    return SequenceModelConfig(core, **{**profile.model.model_dump(), **own})
+    plugin = planned_settings(CORES, core, profile.plugin_settings, shared=SHARED_CORE_SETTINGS)
+    return SequenceModelConfig(core, **{**profile.model.model_dump(), **own}, core_settings=plugin)
 
 
 def _training(profile: MemoryProfile, core: str, task: str) -> MemoryTrainConfig:
@@ -302,7 +308,7 @@ _RNN_SETTINGS = ("nonlinearity", "recurrent_init", "input_init")
 
 def _used(core: str) -> set[str]:
     if core not in CORE_SETTINGS:
-        return {f.name for f in fields(SequenceModelConfig)} - {"core"}
+        return {f.name for f in fields(SequenceModelConfig)} - {"core", "core_settings"}
     return {"hidden_size", "embedding_dim", *CORE_SETTINGS[core], *(_RNN_SETTINGS if core in RNN_FAMILY else ())}
 
 
@@ -350,7 +356,8 @@ def _configuration(profile: MemoryProfile, task_name: str, T: int, network: Sequ
             "sweep": ",".join(sweeps) or "-"}
     params = {"task": task_name, "T": T, "model": network.core,
               "task_settings": profile.task.model_dump(), "network": _network_params(network),
-              "training": asdict(training), "torch_threads": profile.torch_threads}
+              "training": asdict(training), "torch_threads": profile.torch_threads,
+              **({"plugin_settings": network.core_settings} if network.core_settings else {})}
     job = MemoryJob(task_name, T, task.copy_length, task.labels, network, training, profile.torch_threads)
     return tags, params, job
 

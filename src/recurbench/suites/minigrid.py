@@ -32,11 +32,18 @@ import torch
 from pydantic import AfterValidator, BaseModel, Field, ValidationInfo
 
 from recurbench.agents.cores import CORES
-from recurbench.agents.training import CoreSettings, PPOSettings, mission_len, train_agent
+from recurbench.agents.training import (
+    AGENT_CORE_SETTINGS,
+    CoreSettings,
+    PPOSettings,
+    mission_len,
+    train_agent,
+)
 from recurbench.config import StrictModel, Unique, check_names, check_unique, known_name
 from recurbench.envs import ENV_PAIRS, EnvPair, parse_pair
 from recurbench.envs.minigrid import check_env
 from recurbench.errors import ConfigError, DataWarning
+from recurbench.plugins import planned_settings, plugin_settings_field
 from recurbench.records import logged_settings
 from recurbench.reference import KERG_TABLE4_CAVEAT, read_table
 from recurbench.suites.base import (
@@ -89,6 +96,10 @@ class MinigridProfile(StrictModel):
     eval_episodes: int = Field(100, ge=1, description="episodes on the train env and on the test env")
     ppo: PPOSettings = PPOSettings()
     core: CoreSettings = CoreSettings()
+    plugin_settings: plugin_settings_field(CORES) = Field(  # type: ignore[valid-type]
+        default_factory=dict, description="plugin core -> its own settings (keyword parameters of its __init__ after "
+        "input_size and hidden_size; one of core's given here applies to it alone), e.g. --set "
+        "plugin_settings.gru.layers=2; logged as plugin_settings.* params")
 
     def all_pairs(self) -> dict[str, EnvPair]:
         """The shipped pairs and this profile's own, by name."""
@@ -108,11 +119,14 @@ def paper_table() -> dict[tuple[str, str, str], dict[str, float]]:
 
 
 def _params(profile: MinigridProfile, pair: EnvPair, core: str) -> dict[str, Any]:
-    """The params a run of ``core`` on env pair ``pair`` logs (the seed aside)."""
+    """The params a run of ``core`` on env pair ``pair`` logs (the seed aside); a plugin core's own
+    settings under ``plugin_settings`` (what ``execute`` hands it)."""
+    own = planned_settings(CORES, core, profile.plugin_settings, shared=AGENT_CORE_SETTINGS)
     return {
         "train_env": pair.train, "test_env": pair.test, "core": core,
         "total_timesteps": profile.total_timesteps, "eval_episodes": profile.eval_episodes,
         "ppo": profile.ppo.model_dump(), "core_settings": profile.core.model_dump(),
+        **({"plugin_settings": own} if own else {}),
     }
 
 
@@ -187,10 +201,14 @@ class MinigridSuite(SuiteDefinition):
         """Every env pair (shipped and the profile's own) x memory core, at the profile's settings."""
 
         assert isinstance(profile, MinigridProfile)
-        return [
-            ({"env": name, "agent": core}, logged_settings(_params(profile, pair, core)))
-            for name, pair in profile.all_pairs().items() for core in CORES
-        ]
+        out = []
+        for core in CORES:
+            try:
+                out += [({"env": name, "agent": core}, logged_settings(_params(profile, pair, core)))
+                        for name, pair in profile.all_pairs().items()]
+            except ConfigError:
+                continue  # a plugin core with a setting the profile does not give: no run can have its settings
+        return out
 
     def param_defaults(self) -> dict[str, str]:
         """PPO's and the core's default settings, as the runs log them: a run from before
@@ -207,6 +225,7 @@ class MinigridSuite(SuiteDefinition):
         result = train_agent(
             core, pair.train, pair.test, total_timesteps=profile.total_timesteps, eval_episodes=profile.eval_episodes,
             ppo=profile.ppo, core_settings=profile.core, seed=plan.seed, run=run, progress=progress, device=str(device),
+            plugin_settings=plan.params.get("plugin_settings"),
         )
         run.log_dict({"curve": result.curve}, "learning_curve.json")
         return {"train_reward": result.train_reward, "test_reward": result.test_reward,

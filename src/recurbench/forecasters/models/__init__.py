@@ -13,6 +13,10 @@ The forecaster contract, for the built-ins and for plugins (entry-point group
   model.d_model=32``) and logs them as ``network.*`` params, with the model's name as tag ``model``.
 * **Returns** from ``forward(x [B, seq_len, C], x_mark [B, seq_len, F], y_mark [B, label_len +
   pred_len, F])`` the forecast ``[B, pred_len, C]`` (scaled, as ``x``), on ``x``'s device.
+* **Its own settings**: keyword parameters of ``__init__`` after ``cfg`` (``def __init__(self, cfg, *,
+  layers: int = 1)``) are the plugin's own; the suite file's or the command line's ``plugin_settings``
+  set them (``--set plugin_settings.NAME.layers=2``), checked against the signature and its annotations
+  when the profile loads, and every run logs them, defaults included, as ``plugin_settings.*`` params.
 * **State**: none between calls. Each window (row) is forecast on its own: no row reads another, and
   the same window gives the same forecast whatever else is in the batch or was forecast before.
   There are no episodes; "reset" is that nothing carries over.
@@ -66,18 +70,20 @@ ARCHITECTURES: PluginRegistry[Architecture] = PluginRegistry("forecaster", {
     "xl": Architecture(TransformerXL, False, "XL", "Transformer-XL for forecasting: segment recurrence, relative "
                        "positions"),
     "rsa_xl": Architecture(TransformerXL, True, "RSA-XL", "Transformer-XL with RSA", "xl"),
-}, _plugin_architecture)
+}, _plugin_architecture, constructor=lambda arch: arch.network, supplied=1)
 """Every forecaster by name: the built-ins, plugins and ``module.path:ClassName`` names."""
 
 
-def build_network(name: str, cfg: ForecasterConfig) -> nn.Module:
-    """The network for model ``name``; an RSA model needs ``cfg.rsa``, a baseline must not have one."""
+def build_network(name: str, cfg: ForecasterConfig, **settings: object) -> nn.Module:
+    """The network for model ``name``, built as ``network(cfg, **settings)`` (``settings``: a plugin's
+    own, :meth:`~recurbench.plugins.PluginRegistry.settings_for`); an RSA model needs ``cfg.rsa``, a
+    baseline must not have one."""
     arch = ARCHITECTURES[name]
     if arch.rsa and cfg.rsa is None:
         raise ValueError(f"model {name!r} needs REM heads (cfg.rsa)")
     if not arch.rsa and cfg.rsa is not None:
         cfg = cfg.with_(rsa=None)
-    return arch.network(cfg)
+    return arch.network(cfg, **settings)
 
 
 __all__ = ["ARCHITECTURES", "Architecture", "Informer", "LogSparseTransformer", "TransformerXL", "build_network"]
