@@ -195,6 +195,9 @@ class StoreWriter:
     def stored_runs(self, experiment: str, tags: dict[str, str], status: str) -> list[RunRecord]:
         return self.tracker.stored_runs(experiment, tags, status)
 
+    def read_artifact(self, run_id: str, path: str) -> bytes | None:
+        return self.tracker.read_artifact(run_id, path)
+
 
 class WriterRun(RunHandle):
     """A run written through a :class:`StoreWriter` actor. Each call waits for the write, so the
@@ -254,6 +257,9 @@ class WriterTracker(Tracker):
 
     def stored_runs(self, experiment: str, tags: Mapping[str, str], status: str = "FINISHED") -> list[RunRecord]:
         return self._get(self.writer.stored_runs.remote(experiment, dict(tags), status))
+
+    def read_artifact(self, run_id: str, path: str) -> bytes | None:
+        return self._get(self.writer.read_artifact.remote(run_id, path))
 
 
 # ----------------------------------------------------------------------------------------------

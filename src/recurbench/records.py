@@ -4,7 +4,7 @@
 A run's settings are its params as MLflow stores them: nested mappings as dotted keys
 (:func:`flatten`), each value as text (:func:`param_value`); :func:`logged_settings` does both.
 A run is read back as a :class:`RunRecord`. Execution params (:data:`EXECUTION_PARAMS`: seed,
-thread count) say how a run was executed, not what was run, and never separate two runs' settings.
+thread count, checkpoint interval) say how a run was executed, not what was run, and never separate two runs' settings.
 A param an older version did not log is read at the suite's default for it
 (:meth:`~recurbench.suites.base.SuiteDefinition.param_defaults`), the behaviour that version had.
 """
@@ -19,8 +19,9 @@ from typing import Any
 MAX_PARAM_CHARS = 6000
 """MLflow's limit on a param's text (longer values are cut, with ``...``)."""
 
-EXECUTION_PARAMS = frozenset({"seed", "torch_threads"})
-"""Params that say how a run was executed, not what was run: runs differing only in these pool."""
+EXECUTION_PARAMS = frozenset({"seed", "torch_threads", "checkpoint_every"})
+"""Params that say how a run was executed, not what was run: runs differing only in these pool
+(``checkpoint_every``: a run resumed from a checkpoint ends as the uninterrupted run)."""
 
 
 @dataclass(frozen=True)

@@ -88,7 +88,9 @@ def run_cmd(
     skip_finished: Annotated[
         bool,
         typer.Option("--skip-finished", help="Do not run again a configuration and seed that already has a FINISHED "
-                     "run in the store at the same settings; its results enter the table (resumes a suite)."),
+                     "run in the store at the same settings; its results enter the table (resumes a suite). A run "
+                     "that ended FAILED or KILLED continues from its newest checkpoint where the suite saves them "
+                     "(memory)."),
     ] = False,
     dry_run: Annotated[
         bool,
@@ -160,6 +162,15 @@ def run_cmd(
             f"ended FAILED: {len(result.stale)} run(s) of these configurations left RUNNING by a driver on this host "
             f"that is gone (killed outright): {', '.join(result.stale[:5])}" + (", ..." if len(result.stale) > 5 else "")
         ))
+    if resumed := [o for o in result.outcomes if o.resumed_from]:
+        console.print(escape(
+            f"{len(resumed)} run(s) continued from the checkpoint of an earlier run that ended FAILED or KILLED "
+            "(--skip-finished): " + ", ".join(f"{o.plan.name} (run {o.run_id}: from run {o.resumed_from} at step "
+                                             f"{o.resumed_at:,})" for o in resumed[:5])
+            + (", ..." if len(resumed) > 5 else "")
+        ))
+    for note in (note for o in result.outcomes for note in o.notes):
+        err_console.print(escape(note))
     if result.parent_run_id is not None:
         console.print(f"MLflow parent run: {result.parent_run_id}")
     if result.failed:

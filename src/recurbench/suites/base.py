@@ -61,6 +61,12 @@ class RunOutcome:
     """A run found FINISHED in the store (``skip_finished``), not run by this invocation."""
     owner: str | None = None
     """RUNNING: the driver that runs it elsewhere (host, pid, since when), left to it (``skip_finished``)."""
+    resumed_from: str | None = None
+    """The run whose checkpoint this one continued from (``skip_finished``, a resumable suite)."""
+    resumed_at: int | None = None
+    """The step of that checkpoint (the memory suite: updates)."""
+    notes: list[str] = field(default_factory=list)
+    """Lines for the user about resuming: checkpoints passed over or refused, each naming its run and why."""
 
 
 @dataclass
@@ -98,6 +104,15 @@ class SuiteDefinition(ABC):
     """The metrics :meth:`execute` returns (and logs): a stored run is reused only if it has them all."""
     execute_params: tuple[str, ...] = ()
     """Params :meth:`execute` logs beside the plan's (the data's window counts, say): any value matches."""
+    resumable: bool = False
+    """Whether a run can continue from a checkpoint (:mod:`recurbench.suites.checkpoints`): then
+    :meth:`execute` also takes ``resume``, a :class:`~recurbench.suites.checkpoints.Checkpoint` or
+    None, and saves checkpoints with a :class:`~recurbench.suites.checkpoints.CheckpointWriter`. With
+    ``run --skip-finished``, a plan whose earlier run ended FAILED or KILLED (or stale) with a checkpoint
+    is handed the newest one; ``execute`` continues from it and calls ``resume.accept(run)``, or calls
+    ``resume.refuse(run, reason)`` and starts from the beginning. A run resumed must end as the same run
+    never interrupted would (its metrics too, at their steps). Suites that leave this False are
+    called without ``resume``."""
 
     def load_profile(self, profile: str, path: str | os.PathLike[str] | None = None,
                      overrides: Sequence[str] = ()) -> BaseModel:

@@ -33,7 +33,16 @@ and logs, per run:
   ``updates_per_second``, ``n_params``, ``updates`` (run), ``solved`` (1 or 0) and ``solved_at`` (the
   update of the second solved evaluation; NaN when not solved);
 * artifacts ``gradient_norms.json`` (``||dL2/dh_t||`` for every t, both times) with its figure
-  ``gradient_norms.png`` (log scale against t), and ``loss_curve.json``.
+  ``gradient_norms.png`` (log scale against t), and ``loss_curve.json``;
+* every ``training.checkpoint_every`` updates (500 by default) a checkpoint
+  (:class:`~recurbench.memory.training.TrainingState`, about 1 MB at the paper's width) in the run's
+  artifacts (:mod:`recurbench.suites.checkpoints`), and the param ``checkpoint_every`` (an execution
+  param, like the thread count: it changes no result, so it is not among the plan's settings and runs
+  at other values pool). ``run --skip-finished`` continues a run that ended FAILED or KILLED from
+  its newest checkpoint (``resumable``): the run is tagged ``resumed_from`` / ``resumed_at``, its
+  history before the checkpoint is logged again at its steps, and it ends as the uninterrupted run
+  would have. A checkpoint that cannot continue the run (unreadable, other settings) is refused with
+  one line naming the run and the reason, and the run starts from 0.
 
 ``summary_rows`` sets the copy accuracies, with the updates behind them (:func:`budget_text`), beside
 Table 5's cell for each model (``reference/kerg_table5_copy.csv``).
@@ -59,8 +68,11 @@ from recurbench.memory.models import RNN_FAMILY, SHARED_CORE_SETTINGS, SequenceM
 from recurbench.memory.tasks import MEMORY_TASKS, MemoryTask, make_task
 from recurbench.memory.training import (
     OPTIMIZERS,
+    CheckpointMismatch,
     LogPoint,
     MemoryTrainConfig,
+    MemoryTrainResult,
+    TrainingState,
     kappa_variants,
     train_memory_task,
 )
@@ -75,6 +87,7 @@ from recurbench.suites.base import (
     selected_names,
     selected_seeds,
 )
+from recurbench.suites.checkpoints import Checkpoint, CheckpointWriter
 from recurbench.suites.paper_settings import footnote_row, outcomes_caveat
 from recurbench.tracking import RunHandle
 
@@ -125,6 +138,16 @@ class TrainingSettings(StrictModel):
     orth_learning_rate: float | None = Field(None, gt=0, allow_inf_nan=False)
     eval_every: PositiveInt | None = None
     solve_threshold: float = Field(0.99, gt=0, le=1)
+    checkpoint_every: NonNegativeInt = 500
+    """Updates between checkpoints (0: none); logged as the execution param ``checkpoint_every``, not
+    with these (see :func:`_training_params`)."""
+
+
+def _training_params(training: MemoryTrainConfig) -> dict[str, Any]:
+    """The training settings a run logs under ``training.``: all but ``checkpoint_every``, which changes
+    how much a kill costs, not the result (a resumed run ends as the uninterrupted one). Kept out of the
+    plan's settings, a plan's key and ``--skip-finished``'s match do not change with it."""
+    return {k: v for k, v in asdict(training).items() if k != "checkpoint_every"}
 
 
 def _overrides(settings: type[StrictModel], name: str) -> Any:
@@ -356,7 +379,7 @@ def _configuration(profile: MemoryProfile, task_name: str, T: int, network: Sequ
             "sweep": ",".join(sweeps) or "-"}
     params = {"task": task_name, "T": T, "model": network.core,
               "task_settings": profile.task.model_dump(), "network": _network_params(network),
-              "training": asdict(training), "torch_threads": profile.torch_threads,
+              "training": _training_params(training), "torch_threads": profile.torch_threads,
               **({"plugin_settings": network.core_settings} if network.core_settings else {})}
     job = MemoryJob(task_name, T, task.copy_length, task.labels, network, training, profile.torch_threads)
     return tags, params, job
@@ -400,10 +423,47 @@ def _configurations(profile: MemoryProfile, tasks: Sequence[str], lengths: Seque
             yield _configuration(profile, task_name, T, network, "kappa", member_of)
 
 
+def _train(plan: RunPlan, job: MemoryJob, task: MemoryTask, run: RunHandle, progress: ProgressFn,
+           device: torch.device, resume: Checkpoint | None) -> MemoryTrainResult:
+    """Train ``job``, logging to ``run`` and saving checkpoints into its artifacts: from ``resume``
+    where it fits this run (the run tagged so), else from the start (the checkpoint refused, with the
+    reason: one line, also tagged on the run)."""
+    writer = CheckpointWriter(run)
+    total = job.training.updates
+
+    def on_log(point: LogPoint) -> None:
+        run.log_metrics({"loss": point.loss, "train_accuracy": point.accuracy}, step=point.update)
+
+    def on_eval(update: int, accuracy: float) -> None:
+        run.log_metrics({"eval_accuracy": accuracy}, step=update)
+
+    def on_checkpoint(state: TrainingState) -> None:
+        writer.save(state.update, state.to_bytes())
+
+    def on_resume(update: int) -> None:
+        assert resume is not None
+        resume.accept(run)
+        progress(update, total, f"resumed from run {resume.run_id} at update {update:,}")
+
+    def train(state: TrainingState | None) -> MemoryTrainResult:
+        return train_memory_task(task, job.network, job.training, seed=plan.seed, device=device, on_log=on_log,
+                                 on_eval=on_eval, progress=progress, on_checkpoint=on_checkpoint, resume=state,
+                                 on_resume=on_resume)
+
+    if resume is not None:
+        try:  # a mismatch is raised before training logs anything
+            return train(TrainingState.from_bytes(resume.data))
+        except CheckpointMismatch as exc:
+            resume.refuse(run, str(exc))
+            progress(0, total, f"the checkpoint of run {resume.run_id} was not used ({exc}): starting from update 0")
+    return train(None)
+
+
 class MemorySuite(SuiteDefinition):
     name = "memory"
     profile_model = MemoryProfile
     default_device = "cpu"  # batch 10, width 128, one step at a time: a GPU mostly waits on launches
+    resumable = True  # checkpoints every training.checkpoint_every updates; --skip-finished resumes
     headline_metrics = ("accuracy", "train_accuracy", "final_loss", "grad_first_init", "grad_first_final",
                         "grad_ratio_init", "grad_ratio_final", "updates_per_second", "n_params", "updates",
                         "solved", "solved_at")
@@ -444,26 +504,20 @@ class MemorySuite(SuiteDefinition):
         """The task's and training's defaults, as the runs log them."""
 
         defaults = {"task_settings": TaskSettings().model_dump(),
-                    "training": {k: v for k, v in asdict(MemoryTrainConfig()).items() if k != "updates"}}
+                    "training": {k: v for k, v in _training_params(MemoryTrainConfig()).items() if k != "updates"}}
         return logged_settings(defaults)
 
     # ------------------------------------------------------------------------------------------ run
 
     def execute(
-        self, plan: RunPlan, run: RunHandle, progress: ProgressFn, *, data_dir: str | None, device: torch.device
+        self, plan: RunPlan, run: RunHandle, progress: ProgressFn, *, data_dir: str | None, device: torch.device,
+        resume: Checkpoint | None = None,
     ) -> dict[str, float]:
         job: MemoryJob = plan.payload
         torch.set_num_threads(job.torch_threads)
         task = make_task(job.task, job.T, copy_length=job.copy_length, labels=job.labels)
-
-        def on_log(point: LogPoint) -> None:
-            run.log_metrics({"loss": point.loss, "train_accuracy": point.accuracy}, step=point.update)
-
-        def on_eval(update: int, accuracy: float) -> None:
-            run.log_metrics({"eval_accuracy": accuracy}, step=update)
-
-        result = train_memory_task(task, job.network, job.training, seed=plan.seed, device=device, on_log=on_log,
-                                   on_eval=on_eval, progress=progress)
+        run.log_params({"checkpoint_every": job.training.checkpoint_every})
+        result = _train(plan, job, task, run, progress, device, resume)
         grads = result.gradients
         metrics = {
             "accuracy": result.accuracy, "train_accuracy": result.train_accuracy, "final_loss": result.final_loss,

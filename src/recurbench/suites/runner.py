@@ -12,7 +12,10 @@ by whoever executes it (:func:`execute_plan`).
 ``skip_finished`` (``recurbench run --skip-finished``) resumes an interrupted or extended invocation:
 a configuration x seed that already has a FINISHED run in the store, with the same suite, profile and
 settings (every logged param, execution params such as the thread count aside, a param an older
-version did not log read at its default), is not run again; that run's results enter the summary.
+version did not log read at its default), is not run again; that run's results enter the summary. In a
+resumable suite (:attr:`SuiteDefinition.resumable`), a configuration x seed whose earlier run ended
+FAILED or KILLED (or stale, below) continues from the newest intact checkpoint of those runs
+(:mod:`recurbench.suites.checkpoints`) instead of from the start.
 
 Several drivers may share a store (two terminals, two users of one server). Each run is tagged with
 its owner (:func:`recurbench.tracking.owner_tags`); a run found RUNNING is ended FAILED as stale only
@@ -44,6 +47,7 @@ from recurbench.errors import ConfigError, RecurbenchError
 from recurbench.records import RunRecord, has_settings, logged_settings
 from recurbench.seeding import seed_everything
 from recurbench.suites.base import ProgressFn, RunOutcome, RunPlan, SuiteDefinition, SuiteResult
+from recurbench.suites.checkpoints import Checkpoint, find_checkpoint
 from recurbench.suites.registry import load_profile
 from recurbench.tracking import (
     HOST_TAG,
@@ -166,6 +170,7 @@ def _execute(
         found = claim(session.tracker, lock, definition, name, profile, plans[todo[k]], parent_id,
                       check=skip_finished, stale=stale)
         claims[k].run_id, claims[k].outcome = found.run_id, found.outcome
+        claims[k].resume = skip_finished
         if found.outcome is not None:
             elsewhere = found.outcome.status == "RUNNING"
             progress_of(k)(1, 1, f"running elsewhere as run {found.outcome.run_id} ({found.outcome.owner}): left to it"
@@ -217,6 +222,8 @@ class Claim:
 
     run_id: str | None = None
     outcome: RunOutcome | None = None
+    resume: bool = False
+    """Whether its run may continue from a checkpoint of an earlier, failed run (``--skip-finished``)."""
 
 
 def run_tags(name: str, profile: str, plan: RunPlan, **extra: Any) -> dict[str, str]:
@@ -325,6 +332,7 @@ def execute_plan(
             STARTED_TAG: f"{socket.gethostname()} pid {os.getpid()}", **claim_owner}
     start = time.perf_counter()
     outcome = RunOutcome(plan, "FAILED")
+    checkpoint: Checkpoint | None = None
     try:
         with tracker.run(plan.name, experiment=experiment, tags=run_tags(name, profile, plan, **here),
                          parent=parent_id, run_id=run_id) as run:
@@ -333,8 +341,14 @@ def execute_plan(
                 run.set_tags(here)
             run.log_params({**plan.params, "seed": plan.seed})
             seed_everything(plan.seed)
+            resume: dict[str, Checkpoint | None] = {}
+            if definition.resumable:
+                if claimed is not None and claimed.resume:  # the list of notes grows with a refusal
+                    checkpoint, outcome.notes = find_checkpoint(
+                        tracker, experiment, {"suite": name, "profile": profile, PLAN_TAG: key}, plan.name, run)
+                resume = {"resume": checkpoint}
             outcome.metrics = definition.execute(plan, run, progress or (lambda *_: None), data_dir=data_dir,
-                                                 device=target)
+                                                 device=target, **resume)
             outcome.seconds = time.perf_counter() - start
             run.log_metrics({"wall_time_s": outcome.seconds})
         outcome.status = "FINISHED"
@@ -343,6 +357,8 @@ def execute_plan(
     except Exception as exc:  # the run is already marked FAILED by the tracker
         outcome.error = f"{type(exc).__name__}: {exc}"
         outcome.seconds = time.perf_counter() - start
+    if checkpoint is not None and checkpoint.accepted:
+        outcome.resumed_from, outcome.resumed_at = checkpoint.run_id, checkpoint.step
     return outcome
 
 
