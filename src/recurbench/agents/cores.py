@@ -59,7 +59,7 @@ from recurbench.agents.recurrent_init import (
 )
 from recurbench.errors import ConfigError
 from recurbench.kernels.memattn import AppendOnlyMemory, memory_attention_step
-from recurbench.kernels.memattn.sequence import attentive_sequence, recurrent_sequence
+from recurbench.kernels.memattn.sequence import attentive_sequence, recurrent_sequence, sparse_attentive_sequence
 from recurbench.plugins import PluginRegistry, call_with_settings, first_doc_line
 
 State = tuple[Tensor, ...]
@@ -493,6 +493,29 @@ class SABCore(MemoryCore):
             h, c, steps, keys, values = state
             state = (h, c, steps, keys[:, :0], values[:, :0])
         return state
+
+    def sequence_outputs(self, x: Tensor, loop: str = "auto") -> Tensor:
+        """One episode from an empty state, ``x`` [T, B, F] -> ``h_t`` [T, B, H]: on a CPU as one autograd
+        node with a hand-written backward in C++
+        (:func:`~recurbench.kernels.memattn.sequence.sparse_attentive_sequence`), else (or with
+        ``loop="python"``) by stepping :meth:`cell`, the reference."""
+        lstm = self.lstm
+        if loop != "python":
+            xw = F.linear(x, lstm.weight_ih, lstm.bias_ih + lstm.bias_hh)
+            out = sparse_attentive_sequence(xw, lstm.weight_hh, self.query.weight, self.query.bias, self.key.weight,
+                                            self.v, topk=self.topk, truncate=self.truncate,
+                                            stride=self.memory_stride)
+            if out is not None:
+                return out
+            if loop == "native":
+                raise RuntimeError("SABCore.sequence_outputs: the native loop is not available here (not a CPU "
+                                   "tensor, RECURBENCH_NATIVE=0, or its build failed)")
+        state = tuple(t.to(x.dtype) for t in self.initial_state(x.shape[1], x.device))
+        outputs = []
+        for x_t in x:
+            h, state = self.cell(x_t, state)
+            outputs.append(h)
+        return torch.stack(outputs)
 
     def sparse_weights(self, e: Tensor) -> Tensor:
         """Step 4: the top-k weights of scores ``e`` [B, n]."""

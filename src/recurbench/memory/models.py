@@ -39,7 +39,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.nn.utils import parametrize
 
-from recurbench.agents.cores import CORES, AttentiveCore, LSTMCore, MemoryCore, RNNCore, State, make_core
+from recurbench.agents.cores import CORES, AttentiveCore, LSTMCore, MemoryCore, RNNCore, SABCore, State, make_core
 from recurbench.agents.recurrent_init import check_nonlinearity, check_scheme, check_scheme_name
 from recurbench.errors import ConfigError
 
@@ -270,7 +270,7 @@ class MemorySequenceModel(nn.Module):
             raise ValueError(f"MemorySequenceModel: unknown path {path!r}; choose {', '.join(PATHS)}")
         if path == "fast" and type(self.core) is LSTMCore:
             return self.head(self._fused_lstm(tokens).transpose(0, 1))
-        if path == "fast" and isinstance(self.core, AttentiveCore | RNNCore):
+        if path == "fast" and isinstance(self.core, AttentiveCore | RNNCore | SABCore):
             return self.head(self.core.sequence_outputs(self._inputs(tokens)[0]).transpose(0, 1))
         if path == "history" and (history := self._history_outputs(tokens)) is not None:
             return self.head(torch.stack(history, dim=1))

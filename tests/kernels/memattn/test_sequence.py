@@ -159,3 +159,43 @@ def test_the_saved_history_dies_with_the_graph(monkeypatch):
     out.sum().backward()
     del out
     assert seen[0]() is None  # freed by reference counting alone (no gc.collect())
+
+
+SAB_CASES = [
+    # topk below and above the stored count, truncation inside and beyond the stride, stride 1
+    {"topk": 3, "truncate": 4, "memory_stride": 2},
+    {"topk": 20, "truncate": 7, "memory_stride": 3},
+    {"topk": 2, "truncate": 1, "memory_stride": 1},
+]
+
+
+@pytest.mark.parametrize("settings", SAB_CASES)
+def test_sabs_native_sequence_matches_stepping_the_cell_in_float64(settings):
+    # SAB's reference is its step (SABCore.cell): truncation, top-k selection and gradients that reach
+    # the past only through the selected states must all come out the same in the C++ loop.
+    torch.manual_seed(0)
+    core = make_core("sab", 6, 8, attention_size=5, **settings).double()
+    x = torch.randn(30, 3, 6, dtype=torch.float64, requires_grad=True)
+    weight = torch.randn(30, 3, 8, dtype=torch.float64)
+    expected = core.sequence_outputs(x, loop="python")
+    got = core.sequence_outputs(x, loop="native")
+    torch.testing.assert_close(got, expected, rtol=0, atol=1e-12)
+    inputs = [x, *core.parameters()]
+    names = ["x", *(n for n, _ in core.named_parameters())]
+    want = torch.autograd.grad((expected * weight).sum(), inputs)
+    have = torch.autograd.grad((got * weight).sum(), inputs)
+    for n, a, b in zip(names, have, want, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-12, msg=n)
+
+
+def test_sabs_sequence_falls_back_to_stepping_without_the_native_loop(monkeypatch):
+    from recurbench.kernels.memattn import sequence
+
+    torch.manual_seed(0)
+    core = make_core("sab", 6, 8, attention_size=5, topk=2, truncate=3, memory_stride=2).double()
+    x = torch.randn(12, 2, 6, dtype=torch.float64)
+    native = core.sequence_outputs(x)
+    monkeypatch.setattr(sequence, "native_module", lambda: None)
+    torch.testing.assert_close(core.sequence_outputs(x), native, rtol=0, atol=1e-12)
+    with pytest.raises(RuntimeError, match="native loop is not available"):
+        core.sequence_outputs(x, loop="native")

@@ -381,4 +381,42 @@ def recurrent_sequence(xw: Tensor, w_rec: Tensor, bias: Tensor | None = None, *,
         bias = xw.new_zeros(w_rec.shape[1])
     return _RecurrentSequence.apply(xw, w_rec, bias, cell)
 
-__all__ = ["CELLS", "LOOPS", "attentive_sequence", "recurrent_sequence"]
+class _SparseAttentiveSequence(torch.autograd.Function):
+    """SAB over a whole sequence in the native loop (``sab_forward`` / ``sab_backward``)."""
+
+    @staticmethod
+    def forward(ctx: Any, xw: Tensor, w_hh: Tensor, wq: Tensor, bq: Tensor, wk: Tensor, v: Tensor, topk: int,
+                truncate: int, stride: int, native: ModuleType) -> Tensor:
+        ctx.native, ctx.settings = native, (topk, truncate, stride)
+        ctx.hist = native.sab_forward(xw, w_hh, wq, bq, wk, v, topk, truncate, stride)
+        ctx.save_for_backward(w_hh, wq, wk, v)
+        return ctx.hist[0].clone()
+
+    @staticmethod
+    def backward(ctx: Any, grad_out: Tensor) -> tuple[Tensor | None, ...]:
+        w_hh, wq, wk, v = ctx.saved_tensors
+        grads = ctx.native.sab_backward(grad_out, w_hh, wq, wk, v, *ctx.hist, *ctx.settings)
+        return (*grads, None, None, None, None)
+
+
+def sparse_attentive_sequence(xw: Tensor, w_hh: Tensor, wq: Tensor, bq: Tensor, wk: Tensor, v: Tensor, *,
+                              topk: int, truncate: int, stride: int) -> Tensor | None:
+    """SAB's outputs ``h_t`` [T, B, H] from an empty state (the recurrence:
+    :class:`~recurbench.agents.cores.SABCore`, the reference), as one autograd node with a hand-written
+    backward in the native loop; ``None`` where that loop cannot run (not a CPU tensor, or not built),
+    for the caller to step the core instead.
+
+    ``xw`` [T, B, 4H]: the LSTM's input projections with both biases; ``w_hh`` [4H, H]; ``wq`` [A, H],
+    ``bq`` [A]: the query; ``wk`` [A, H]: the keys; ``v`` [A]; ``topk``, ``truncate`` and ``stride``
+    (``memory_stride``) as SABCore's.
+    """
+    if min(topk, truncate, stride) < 1:
+        raise ValueError(f"sparse_attentive_sequence: topk, truncate and stride must be at least 1, got {topk}, "
+                         f"{truncate}, {stride}")
+    native = native_module() if xw.device.type == "cpu" else None
+    if native is None:
+        return None
+    return _SparseAttentiveSequence.apply(xw, w_hh, wq, bq, wk, v, topk, truncate, stride, native)
+
+
+__all__ = ["CELLS", "LOOPS", "attentive_sequence", "recurrent_sequence", "sparse_attentive_sequence"]

@@ -392,9 +392,241 @@ std::vector<Tensor> attentive_backward(const Tensor& grad_out, const Tensor& w_r
   return {d_xw, d_w_rec, d_wq, d_bq, d_wk, d_v, d_bias};
 }
 
+
+// ---- SAB (Sparse Attentive Backtracking, Ke et al. 2018; agents/cores.py SABCore states the step) ----
+//
+// From (h_{-1}, c_{-1}) = 0, for t = 0 .. T-1, with n_t = t / stride states stored before step t:
+//   gates_t = xw_t + W_hh h_{t-1}; (l_t, c_t) = LSTM(gates_t, c_{t-1})     l_t = o tanh(c_t)
+//   q_t = W_q l_t + b_q; e_j = v' tanh(q_t + U m_j), j < n_t
+//   w = softmax over the top-k of e (all of them when n_t <= k), 0 elsewhere
+//   h_t = l_t + sum_j w_j m_j                                                 the output and the state
+//   m_{n} = h_t when (t + 1) % stride == 0 (its key U m_n)
+// and the recurrence's gradient cut before step t when t > 0 and t % truncate == 0 (h_{t-1} and
+// c_{t-1} detached). Memory j is h at step (j + 1) stride - 1: history row ((j + 1) stride - 1) B + b.
+
+struct SabSizes {
+  int64_t T, B, H, A, K, stride, truncate, slots;
+};
+
+template <typename scalar_t>
+void lstm_forward_step(scalar_t* gates, const scalar_t* c_prev, scalar_t* c, Tensor& pre, const Tensor& tanh_c_view,
+                       const Tensor& c_view, const scalar_t* tanh_c, scalar_t* l, int64_t B, int64_t H) {
+  const int64_t G = 4 * H;
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t j = 2 * H; j < 3 * H; ++j) gates[b * G + j] *= 2;
+  pre.sigmoid_();
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t j = 2 * H; j < 3 * H; ++j) gates[b * G + j] = 2 * gates[b * G + j] - 1;
+  for (int64_t b = 0; b < B; ++b) {
+    const scalar_t *i = gates + b * G, *f = i + H, *g = i + 2 * H;
+    for (int64_t j = 0; j < H; ++j) c[b * H + j] = f[j] * (c_prev ? c_prev[b * H + j] : scalar_t(0)) + i[j] * g[j];
+  }
+  Tensor out = tanh_c_view;
+  at::tanh_out(out, c_view);
+  for (int64_t b = 0; b < B; ++b) {
+    const scalar_t* o = gates + b * G + 3 * H;
+    for (int64_t j = 0; j < H; ++j) l[b * H + j] = o[j] * tanh_c[b * H + j];
+  }
+}
+
+template <typename scalar_t>
+void sab_forward_loop(const SabSizes& d, const Tensor& xw, const Tensor& w_hh_t, const Tensor& wq_t, const Tensor& bq,
+                      const Tensor& wk_t, const Tensor& v, const Tensor& h, const Tensor& l, const Tensor& q,
+                      const Tensor& act, const Tensor& c, const Tensor& tanh_c, const Tensor& keys,
+                      const Tensor& sel, const Tensor& weight) {
+  const int64_t T = d.T, B = d.B, H = d.H, A = d.A, K = d.K, G = 4 * H;
+  scalar_t *Hs = h.data_ptr<scalar_t>(), *Ls = l.data_ptr<scalar_t>(), *Qs = q.data_ptr<scalar_t>();
+  scalar_t *ACT = act.data_ptr<scalar_t>(), *Cs = c.data_ptr<scalar_t>(), *TC = tanh_c.data_ptr<scalar_t>();
+  scalar_t *KEYS = keys.data_ptr<scalar_t>(), *W = weight.data_ptr<scalar_t>();
+  int64_t* SEL = sel.data_ptr<int64_t>();
+  const scalar_t *XW = xw.data_ptr<scalar_t>(), *BQ = bq.data_ptr<scalar_t>(), *V = v.data_ptr<scalar_t>();
+  StepView h_t(h), l_t(l), q_t(q), act_t(act), c_t(c), tanh_c_t(tanh_c), key_t(keys);
+  Tensor z = at::empty({std::max<int64_t>(d.slots, 1) * B * A}, xw.options());
+  std::vector<scalar_t> e(d.slots);
+  std::vector<int64_t> order(d.slots);
+  for (int64_t t = 0; t < T; ++t) {
+    scalar_t* gates = ACT + t * B * G;
+    std::copy(XW + t * B * G, XW + (t + 1) * B * G, gates);
+    Tensor& pre = act_t.at(t);
+    if (t) pre.addmm_(h_t.at(t - 1), w_hh_t);
+    scalar_t* lt = Ls + t * B * H;
+    lstm_forward_step<scalar_t>(gates, t ? Cs + (t - 1) * B * H : nullptr, Cs + t * B * H, pre, tanh_c_t.at(t),
+                                c_t.at(t), TC + t * B * H, lt, B, H);
+    scalar_t* ht = Hs + t * B * H;
+    std::copy(lt, lt + B * H, ht);
+    const int64_t n = t / d.stride, m = std::min(n, K);
+    if (n > 0) {
+      scalar_t* qt = Qs + t * B * A;
+      for (int64_t b = 0; b < B; ++b) std::copy(BQ, BQ + A, qt + b * A);
+      q_t.at(t).addmm_(l_t.at(t), wq_t);
+      scalar_t* Z = z.data_ptr<scalar_t>();
+      for (int64_t b = 0; b < B; ++b)
+        for (int64_t j = 0; j < n; ++j) {
+          scalar_t* zp = Z + (b * n + j) * A;
+          const scalar_t *kp = KEYS + (j * B + b) * A, *qp = qt + b * A;
+          for (int64_t a = 0; a < A; ++a) zp[a] = kp[a] + qp[a];
+        }
+      if (B * n * A == z.numel()) {
+        z.tanh_();
+      } else {
+        z.narrow(0, 0, B * n * A).tanh_();
+      }
+      for (int64_t b = 0; b < B; ++b) {
+        for (int64_t j = 0; j < n; ++j) e[j] = dot(Z + (b * n + j) * A, V, A);
+        for (int64_t j = 0; j < n; ++j) order[j] = j;
+        if (n > K)  // the top k, highest first (the lower index first on ties)
+          std::partial_sort(order.begin(), order.begin() + K, order.begin() + n,
+                            [&](int64_t x, int64_t y) { return e[x] > e[y] || (e[x] == e[y] && x < y); });
+        int64_t* sb = SEL + (t * B + b) * K;
+        scalar_t* wb = W + (t * B + b) * K;
+        scalar_t top = -std::numeric_limits<scalar_t>::infinity(), total = 0;
+        for (int64_t i = 0; i < m; ++i) top = std::max(top, e[order[i]]);
+        for (int64_t i = 0; i < m; ++i) total += (wb[i] = std::exp(e[order[i]] - top));
+        scalar_t* hb = ht + b * H;
+        for (int64_t i = 0; i < m; ++i) {
+          sb[i] = order[i];
+          wb[i] /= total;
+          const scalar_t* value = Hs + (((order[i] + 1) * d.stride - 1) * B + b) * H;
+          for (int64_t x = 0; x < H; ++x) hb[x] += wb[i] * value[x];
+        }
+      }
+    }
+    if ((t + 1) % d.stride == 0) at::mm_out(key_t.at((t + 1) / d.stride - 1), h_t.at(t), wk_t);
+  }
+}
+
+std::vector<Tensor> sab_forward(const Tensor& xw_in, const Tensor& w_hh, const Tensor& wq, const Tensor& bq,
+                                const Tensor& wk, const Tensor& v, int64_t topk, int64_t truncate, int64_t stride) {
+  TORCH_CHECK(xw_in.device().is_cpu(), "sab_forward: the native loop runs on the CPU");
+  const Tensor xw = xw_in.contiguous();
+  const int64_t T = xw.size(0), B = xw.size(1), H = w_hh.size(1), A = wq.size(0);
+  SabSizes d{T, B, H, A, topk, stride, truncate, T / stride};
+  const auto opts = xw.options();
+  Tensor h = at::empty({T, B, H}, opts), l = at::empty({T, B, H}, opts), q = at::zeros({T, B, A}, opts);
+  Tensor act = at::empty({T, B, 4 * H}, opts), c = at::empty({T, B, H}, opts), tanh_c = at::empty({T, B, H}, opts);
+  Tensor keys = at::empty({std::max<int64_t>(d.slots, 1), B, A}, opts);
+  Tensor sel = at::zeros({T, B, topk}, opts.dtype(at::kLong)), weight = at::zeros({T, B, topk}, opts);
+  const Tensor w_hh_t = w_hh.t().contiguous(), wq_t = wq.t().contiguous(), wk_t = wk.t().contiguous();
+  AT_DISPATCH_FLOATING_TYPES(xw.scalar_type(), "sab_forward", [&] {
+    sab_forward_loop<scalar_t>(d, xw, w_hh_t, wq_t, bq.contiguous(), wk_t, v.contiguous(), h, l, q, act, c, tanh_c,
+                               keys, sel, weight);
+  });
+  return {h, l, q, act, c, tanh_c, keys, sel, weight};
+}
+
+template <typename scalar_t>
+void sab_backward_loop(const SabSizes& d, const Tensor& w_hh, const Tensor& wq, const Tensor& wk, const Tensor& v,
+                       const Tensor& h, const Tensor& q, const Tensor& act, const Tensor& c, const Tensor& tanh_c,
+                       const Tensor& keys, const Tensor& sel, const Tensor& weight, const Tensor& d_h,
+                       const Tensor& d_xw, const Tensor& d_q, const Tensor& d_keys, const Tensor& d_v) {
+  const int64_t T = d.T, B = d.B, H = d.H, A = d.A, K = d.K, G = 4 * H;
+  const scalar_t *Hs = h.data_ptr<scalar_t>(), *Qs = q.data_ptr<scalar_t>(), *ACT = act.data_ptr<scalar_t>();
+  const scalar_t *Cs = c.data_ptr<scalar_t>(), *TC = tanh_c.data_ptr<scalar_t>(), *KEYS = keys.data_ptr<scalar_t>();
+  const scalar_t *W = weight.data_ptr<scalar_t>(), *V = v.data_ptr<scalar_t>();
+  const int64_t* SEL = sel.data_ptr<int64_t>();
+  scalar_t *DH = d_h.data_ptr<scalar_t>(), *DX = d_xw.data_ptr<scalar_t>(), *DQ = d_q.data_ptr<scalar_t>();
+  scalar_t *DK = d_keys.data_ptr<scalar_t>(), *DV = d_v.data_ptr<scalar_t>();
+  StepView d_h_t(d_h), d_xw_t(d_xw), d_q_t(d_q), d_key_t(d_keys);
+  Tensor dl = at::empty({B, H}, h.options());
+  scalar_t* DL = dl.data_ptr<scalar_t>();
+  std::vector<scalar_t> dc(B * H, 0), dw(K);
+  Tensor zsel = at::zeros({B * K * A}, h.options());  // tanh(q + key) of the selected, recomputed
+  for (int64_t t = T - 1; t >= 0; --t) {
+    // h_t's gradient: the output's, later reads of it as a value (already in d_h) and as a key
+    if ((t + 1) % d.stride == 0) d_h_t.at(t).addmm_(d_key_t.at((t + 1) / d.stride - 1), wk);
+    const scalar_t* dht = DH + t * B * H;
+    std::copy(dht, dht + B * H, DL);  // h_t = l_t + read: l_t gets it whole
+    const int64_t n = t / d.stride, m = std::min(n, K);
+    if (n > 0) {
+      scalar_t* dq = DQ + t * B * A;
+      scalar_t* ZS = zsel.data_ptr<scalar_t>();
+      for (int64_t b = 0; b < B; ++b)
+        for (int64_t i = 0; i < m; ++i) {
+          const scalar_t *kp = KEYS + (SEL[(t * B + b) * K + i] * B + b) * A, *qp = Qs + (t * B + b) * A;
+          scalar_t* zp = ZS + (b * K + i) * A;
+          for (int64_t a = 0; a < A; ++a) zp[a] = kp[a] + qp[a];
+        }
+      zsel.tanh_();  // unselected slots (m < K) hold stale values that nothing reads
+      for (int64_t b = 0; b < B; ++b) {
+        const int64_t* sb = SEL + (t * B + b) * K;
+        const scalar_t* wb = W + (t * B + b) * K;
+        const scalar_t* dhb = dht + b * H;
+        scalar_t weighted = 0;
+        for (int64_t i = 0; i < m; ++i) {
+          dw[i] = dot(Hs + (((sb[i] + 1) * d.stride - 1) * B + b) * H, dhb, H);
+          weighted += wb[i] * dw[i];
+        }
+        for (int64_t i = 0; i < m; ++i) {
+          const int64_t j = sb[i];
+          scalar_t* dvalue = DH + (((j + 1) * d.stride - 1) * B + b) * H;  // a state before t
+          for (int64_t x = 0; x < H; ++x) dvalue[x] += wb[i] * dhb[x];
+          const scalar_t de = wb[i] * (dw[i] - weighted);
+          const scalar_t* z = ZS + (b * K + i) * A;
+          scalar_t* dk = DK + (j * B + b) * A;
+          for (int64_t a = 0; a < A; ++a) {
+            DV[a] += de * z[a];
+            const scalar_t dpre = (1 - z[a] * z[a]) * de * V[a];
+            dk[a] += dpre;
+            dq[b * A + a] += dpre;
+          }
+        }
+      }
+      dl.addmm_(d_q_t.at(t), wq);  // q_t = W_q l_t + b_q
+    }
+    // through the LSTM cell, as the attentive LSTM's backward
+    const scalar_t* gates = ACT + t * B * G;
+    scalar_t* out = DX + t * B * G;
+    const bool cut = t > 0 && t % d.truncate == 0;  // h_{t-1}, c_{t-1} were detached
+    for (int64_t b = 0; b < B; ++b) {
+      const scalar_t *i = gates + b * G, *f = i + H, *g = i + 2 * H, *o = i + 3 * H;
+      const scalar_t* tc = TC + (t * B + b) * H;
+      const scalar_t* c_prev = t ? Cs + ((t - 1) * B + b) * H : nullptr;
+      scalar_t* ob = out + b * G;
+      scalar_t* dcb = dc.data() + b * H;
+      for (int64_t j = 0; j < H; ++j) {
+        const scalar_t dhj = DL[b * H + j];
+        const scalar_t dcj = dcb[j] + dhj * (1 - tc[j] * tc[j]) * o[j];
+        ob[j] = dcj * g[j] * (i[j] * (1 - i[j]));
+        ob[H + j] = (c_prev ? dcj * c_prev[j] : scalar_t(0)) * (f[j] * (1 - f[j]));
+        ob[2 * H + j] = dcj * i[j] * (1 - g[j] * g[j]);
+        ob[3 * H + j] = dhj * tc[j] * (o[j] * (1 - o[j]));
+        dcb[j] = cut ? scalar_t(0) : dcj * f[j];
+      }
+    }
+    if (t > 0 && !cut) d_h_t.at(t - 1).addmm_(d_xw_t.at(t), w_hh);
+  }
+}
+
+std::vector<Tensor> sab_backward(const Tensor& grad_out, const Tensor& w_hh, const Tensor& wq, const Tensor& wk,
+                                 const Tensor& v, const Tensor& h, const Tensor& l, const Tensor& q, const Tensor& act,
+                                 const Tensor& c, const Tensor& tanh_c, const Tensor& keys, const Tensor& sel,
+                                 const Tensor& weight, int64_t topk, int64_t truncate, int64_t stride) {
+  const int64_t T = h.size(0), B = h.size(1), H = h.size(2), A = q.size(2);
+  SabSizes d{T, B, H, A, topk, stride, truncate, T / stride};
+  Tensor d_h = grad_out.contiguous().clone(), d_xw = at::empty_like(act), d_q = at::zeros_like(q);
+  Tensor d_keys = at::zeros_like(keys), d_v = at::zeros_like(v);
+  const Tensor w_hh_c = w_hh.contiguous(), wq_c = wq.contiguous(), wk_c = wk.contiguous();
+  AT_DISPATCH_FLOATING_TYPES(h.scalar_type(), "sab_backward", [&] {
+    sab_backward_loop<scalar_t>(d, w_hh_c, wq_c, wk_c, v.contiguous(), h, q, act, c, tanh_c, keys, sel, weight, d_h,
+                                d_xw, d_q, d_keys, d_v);
+  });
+  // the weights' gradients as single products over all steps (truncation stops h_{t-1}'s gradient, not W_hh's)
+  Tensor d_w_hh = at::mm(d_xw.narrow(0, 1, T - 1).reshape({-1, 4 * H}).t(), h.narrow(0, 0, T - 1).reshape({-1, H}));
+  Tensor d_wq = at::mm(d_q.reshape({T * B, A}).t(), l.reshape({T * B, H}));
+  Tensor d_bq = d_q.sum({0, 1});
+  Tensor d_wk = at::zeros_like(wk);
+  if (d.slots > 0) {
+    Tensor stored = h.narrow(0, stride - 1, (d.slots - 1) * stride + 1).slice(0, 0, c10::nullopt, stride);
+    d_wk = at::mm(d_keys.narrow(0, 0, d.slots).reshape({-1, A}).t(), stored.reshape({-1, H}));
+  }
+  return {d_xw, d_w_hh, d_wq, d_bq, d_wk, d_v};
+}
+
 }  // namespace
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("attentive_forward", &attentive_forward, "An attentive core over a sequence (histories for the backward)");
   m.def("attentive_backward", &attentive_backward, "Its gradients");
+  m.def("sab_forward", &sab_forward, "SAB over a sequence (histories for the backward)");
+  m.def("sab_backward", &sab_backward, "Its gradients");
 }
