@@ -3,8 +3,9 @@
 ``torch.utils.cpp_extension.load`` builds it with the machine's C++ compiler (about a minute, once;
 then cached in PyTorch's extension directory, ``$TORCH_EXTENSIONS_DIR``, and rebuilt only when the
 source, the flags or PyTorch change). ``-march=native`` lets the compiler vectorise the per-slot loops
-for this CPU, so the build's name carries a digest of the CPU's model and flags: a cache shared by
-machines with different CPUs holds one build per kind.
+for this CPU, so the build's name carries a digest of the CPU's model and flags, and one of the source:
+a cache shared by machines with different CPUs, or by two checkouts of different versions, holds one
+build per kind instead of rebuilding one module over and over (and a process loading the other's).
 
 Where no compiler is found, or ``RECURBENCH_NATIVE=0`` is set, :func:`native_module` returns ``None``
 and the Python loop of the same function runs instead (the same results, about 3x slower per step at
@@ -52,7 +53,8 @@ def native_module() -> ModuleType | None:
 
         native = "-march=native" if platform.machine() in ("x86_64", "AMD64") else "-mcpu=native"
         flags = ["-O3", native, "-fopenmp-simd"]  # simd: the dot products' reductions in vector lanes
-        return load(name=f"recurbench_memattn_{_cpu_digest()}", sources=[str(SOURCE)], extra_cflags=flags,
+        source = hashlib.sha256(SOURCE.read_bytes()).hexdigest()[:10]
+        return load(name=f"recurbench_memattn_{_cpu_digest()}_{source}", sources=[str(SOURCE)], extra_cflags=flags,
                     verbose=False)
     except Exception as exc:  # noqa: BLE001 - any build failure means: run the Python loop
         reason = str(exc).strip().splitlines()[-1] if str(exc).strip() else type(exc).__name__

@@ -143,6 +143,54 @@ struct StepView {
   }
 };
 
+// The LSTM's gates in place from their pre-activations `pre` (the [B, 4H] row `gates`), then c_t, tanh c_t
+// and h_t = o tanh c_t into `h` (i, f, o = sigmoid; g = tanh(x) = 2 sigmoid(2x) - 1: one vectorised pass).
+template <typename scalar_t>
+void lstm_forward_step(scalar_t* gates, const scalar_t* c_prev, scalar_t* c, Tensor& pre, const Tensor& tanh_c_view,
+                       const Tensor& c_view, const scalar_t* tanh_c, scalar_t* l, int64_t B, int64_t H) {
+  const int64_t G = 4 * H;
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t j = 2 * H; j < 3 * H; ++j) gates[b * G + j] *= 2;
+  pre.sigmoid_();
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t j = 2 * H; j < 3 * H; ++j) gates[b * G + j] = 2 * gates[b * G + j] - 1;
+  for (int64_t b = 0; b < B; ++b) {
+    const scalar_t *i = gates + b * G, *f = i + H, *g = i + 2 * H;
+    for (int64_t j = 0; j < H; ++j) c[b * H + j] = f[j] * (c_prev ? c_prev[b * H + j] : scalar_t(0)) + i[j] * g[j];
+  }
+  Tensor out = tanh_c_view;
+  at::tanh_out(out, c_view);
+  for (int64_t b = 0; b < B; ++b) {
+    const scalar_t* o = gates + b * G + 3 * H;
+    for (int64_t j = 0; j < H; ++j) l[b * H + j] = o[j] * tanh_c[b * H + j];
+  }
+}
+
+// dL/d(gates_t) into `out` [B, 4H] from dL/dh_t (`dh`) and the carried dL/dc_t (`dc`, then carried to
+// c_{t-1}; zero when `cut`: the recurrence was detached before step t).
+template <typename scalar_t>
+void lstm_backward_step(const scalar_t* gates, const scalar_t* tanh_c, const scalar_t* c_prev, const scalar_t* dh,
+                        scalar_t* out, scalar_t* dc, int64_t B, int64_t H, bool cut) {
+  const int64_t G = 4 * H;
+  for (int64_t b = 0; b < B; ++b) {
+    const scalar_t *i = gates + b * G, *f = i + H, *g = i + 2 * H, *o = i + 3 * H;
+    const scalar_t* tc = tanh_c + b * H;
+    const scalar_t* cp = c_prev ? c_prev + b * H : nullptr;
+    scalar_t* ob = out + b * G;
+    scalar_t* dcb = dc + b * H;
+    for (int64_t j = 0; j < H; ++j) {
+      const scalar_t dhj = dh[b * H + j];
+      // h = o tanh(c); c = f c_{t-1} + i g; sigmoid' = s (1 - s), tanh' = 1 - tanh^2
+      const scalar_t dcj = dcb[j] + dhj * (1 - tc[j] * tc[j]) * o[j];
+      ob[j] = dcj * g[j] * (i[j] * (1 - i[j]));
+      ob[H + j] = (cp ? dcj * cp[j] : scalar_t(0)) * (f[j] * (1 - f[j]));
+      ob[2 * H + j] = dcj * i[j] * (1 - g[j] * g[j]);
+      ob[3 * H + j] = dhj * tc[j] * (o[j] * (1 - o[j]));
+      dcb[j] = cut ? scalar_t(0) : dcj * f[j];
+    }
+  }
+}
+
 template <typename scalar_t>
 void forward_loop(const Sizes& d, int64_t cell, int64_t nu, int64_t rho, const Tensor& xw, const Tensor& wq_t,
                   const Tensor& bq, const Tensor& w_rec_t, const Tensor& wk_t, const Tensor& v, const Tensor& bias,
@@ -210,24 +258,8 @@ void forward_loop(const Sizes& d, int64_t cell, int64_t nu, int64_t rho, const T
     pre.addmm_(s_t.at(t), w_rec_t);
     scalar_t* ht = Hs + t * B * H;
     if (d.lstm) {
-      // i, f, o = sigmoid; g = tanh(x) = 2 sigmoid(2x) - 1: one vectorised pass over the whole row
-      for (int64_t b = 0; b < B; ++b)
-        for (int64_t j = 2 * H; j < 3 * H; ++j) gates[b * G + j] *= 2;
-      pre.sigmoid_();
-      for (int64_t b = 0; b < B; ++b)
-        for (int64_t j = 2 * H; j < 3 * H; ++j) gates[b * G + j] = 2 * gates[b * G + j] - 1;
-      scalar_t* ct = Cs + t * B * H;
-      for (int64_t b = 0; b < B; ++b) {
-        const scalar_t *i = gates + b * G, *f = i + H, *g = i + 2 * H;
-        for (int64_t j = 0; j < H; ++j)
-          ct[b * H + j] = f[j] * (t ? Cs[(t - 1) * B * H + b * H + j] : scalar_t(0)) + i[j] * g[j];
-      }
-      at::tanh_out(tanh_c_t.at(t), c_t.at(t));
-      const scalar_t* tc = TC + t * B * H;
-      for (int64_t b = 0; b < B; ++b) {
-        const scalar_t* o = gates + b * G + 3 * H;
-        for (int64_t j = 0; j < H; ++j) ht[b * H + j] = o[j] * tc[b * H + j];
-      }
+      lstm_forward_step<scalar_t>(gates, t ? Cs + (t - 1) * B * H : nullptr, Cs + t * B * H, pre, tanh_c_t.at(t),
+                                  c_t.at(t), TC + t * B * H, ht, B, H);
     } else if (cell == kTanh) {
       at::tanh_out(h_t.at(t), pre);
     } else {
@@ -300,24 +332,8 @@ void backward_loop(const Sizes& d, int64_t cell, const Tensor& w_rec, const Tens
     const scalar_t* DHt = DH + t * B * H;
     scalar_t* out = DX + t * B * G;  // dL/d xw_t: through the cell
     if (d.lstm) {
-      const scalar_t* gates = ACT + t * B * G;
-      for (int64_t b = 0; b < B; ++b) {
-        const scalar_t *i = gates + b * G, *f = i + H, *g = i + 2 * H, *o = i + 3 * H;
-        const scalar_t* tc = TC + (t * B + b) * H;
-        const scalar_t* c_prev = t ? Cs + ((t - 1) * B + b) * H : nullptr;
-        scalar_t* ob = out + b * G;
-        scalar_t* dcb = dc.data() + b * H;
-        for (int64_t j = 0; j < H; ++j) {
-          const scalar_t dhj = DHt[b * H + j];
-          // h = o tanh(c); c = f c_{t-1} + i g; sigmoid' = s (1 - s), tanh' = 1 - tanh^2
-          const scalar_t dcj = dcb[j] + dhj * (1 - tc[j] * tc[j]) * o[j];
-          ob[j] = dcj * g[j] * (i[j] * (1 - i[j]));
-          ob[H + j] = (c_prev ? dcj * c_prev[j] : scalar_t(0)) * (f[j] * (1 - f[j]));
-          ob[2 * H + j] = dcj * i[j] * (1 - g[j] * g[j]);
-          ob[3 * H + j] = dhj * tc[j] * (o[j] * (1 - o[j]));
-          dcb[j] = dcj * f[j];
-        }
-      }
+      lstm_backward_step<scalar_t>(ACT + t * B * G, TC + t * B * H, t ? Cs + (t - 1) * B * H : nullptr, DHt, out,
+                                   dc.data(), B, H, false);
     } else {
       const scalar_t *pre = ACT + t * B * G, *ht = Hs + t * B * H;
       for (int64_t b = 0; b < B; ++b)
@@ -407,27 +423,6 @@ std::vector<Tensor> attentive_backward(const Tensor& grad_out, const Tensor& w_r
 struct SabSizes {
   int64_t T, B, H, A, K, stride, truncate, slots;
 };
-
-template <typename scalar_t>
-void lstm_forward_step(scalar_t* gates, const scalar_t* c_prev, scalar_t* c, Tensor& pre, const Tensor& tanh_c_view,
-                       const Tensor& c_view, const scalar_t* tanh_c, scalar_t* l, int64_t B, int64_t H) {
-  const int64_t G = 4 * H;
-  for (int64_t b = 0; b < B; ++b)
-    for (int64_t j = 2 * H; j < 3 * H; ++j) gates[b * G + j] *= 2;
-  pre.sigmoid_();
-  for (int64_t b = 0; b < B; ++b)
-    for (int64_t j = 2 * H; j < 3 * H; ++j) gates[b * G + j] = 2 * gates[b * G + j] - 1;
-  for (int64_t b = 0; b < B; ++b) {
-    const scalar_t *i = gates + b * G, *f = i + H, *g = i + 2 * H;
-    for (int64_t j = 0; j < H; ++j) c[b * H + j] = f[j] * (c_prev ? c_prev[b * H + j] : scalar_t(0)) + i[j] * g[j];
-  }
-  Tensor out = tanh_c_view;
-  at::tanh_out(out, c_view);
-  for (int64_t b = 0; b < B; ++b) {
-    const scalar_t* o = gates + b * G + 3 * H;
-    for (int64_t j = 0; j < H; ++j) l[b * H + j] = o[j] * tanh_c[b * H + j];
-  }
-}
 
 template <typename scalar_t>
 void sab_forward_loop(const SabSizes& d, const Tensor& xw, const Tensor& w_hh_t, const Tensor& wq_t, const Tensor& bq,
@@ -574,25 +569,9 @@ void sab_backward_loop(const SabSizes& d, const Tensor& w_hh, const Tensor& wq, 
       dl.addmm_(d_q_t.at(t), wq);  // q_t = W_q l_t + b_q
     }
     // through the LSTM cell, as the attentive LSTM's backward
-    const scalar_t* gates = ACT + t * B * G;
-    scalar_t* out = DX + t * B * G;
     const bool cut = t > 0 && t % d.truncate == 0;  // h_{t-1}, c_{t-1} were detached
-    for (int64_t b = 0; b < B; ++b) {
-      const scalar_t *i = gates + b * G, *f = i + H, *g = i + 2 * H, *o = i + 3 * H;
-      const scalar_t* tc = TC + (t * B + b) * H;
-      const scalar_t* c_prev = t ? Cs + ((t - 1) * B + b) * H : nullptr;
-      scalar_t* ob = out + b * G;
-      scalar_t* dcb = dc.data() + b * H;
-      for (int64_t j = 0; j < H; ++j) {
-        const scalar_t dhj = DL[b * H + j];
-        const scalar_t dcj = dcb[j] + dhj * (1 - tc[j] * tc[j]) * o[j];
-        ob[j] = dcj * g[j] * (i[j] * (1 - i[j]));
-        ob[H + j] = (c_prev ? dcj * c_prev[j] : scalar_t(0)) * (f[j] * (1 - f[j]));
-        ob[2 * H + j] = dcj * i[j] * (1 - g[j] * g[j]);
-        ob[3 * H + j] = dhj * tc[j] * (o[j] * (1 - o[j]));
-        dcb[j] = cut ? scalar_t(0) : dcj * f[j];
-      }
-    }
+    lstm_backward_step<scalar_t>(ACT + t * B * G, TC + t * B * H, t ? Cs + (t - 1) * B * H : nullptr, DL,
+                                 DX + t * B * G, dc.data(), B, H, cut);
     if (t > 0 && !cut) d_h_t.at(t - 1).addmm_(d_xw_t.at(t), w_hh);
   }
 }
