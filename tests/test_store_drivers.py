@@ -78,7 +78,8 @@ def _free_port() -> int:
 
 def test_four_drivers_on_an_mlflow_server(tmp_path, monkeypatch):
     """The same with an MLflow server (started here): no lock to share, so each driver opens its run,
-    reads again, and the earlier of two claims keeps the configuration (the other is deleted)."""
+    then takes the configuration's next claim, which the server grants once (a unique experiment
+    name); a driver that did not get it deletes its run and leaves the configuration to the holder."""
     import os
     import signal
     import time

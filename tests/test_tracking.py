@@ -155,6 +155,26 @@ def test_end_stale_ends_only_the_running_runs_with_those_tags_and_parent(tmp_pat
     assert [r.name for r in tracker.stored_runs("recurbench-test", {}, "FINISHED")] == ["done"]
 
 
+@pytest.mark.parametrize("kind", ["memory", "mlflow"])
+def test_a_claim_is_taken_once_and_kept_out_of_the_experiment_list(tmp_path, kind):
+    """Of two takers of one claim, the first keeps it and the second is told who has it (MLflow: a
+    unique experiment name); the next generation is free; a taken claim is listed nowhere."""
+    if kind == "memory":
+        a = b = MemoryTracker()
+    else:
+        uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+        a, b = MlflowTracker(uri), MlflowTracker(uri)  # two drivers' clients
+    assert a.last_claim("k") is None
+    assert a.take_claim("k", 0, {"run_id": "r1"}) == {"run_id": "r1"}
+    assert b.take_claim("k", 0, {"run_id": "r2"}) == {"run_id": "r1"}
+    assert a.take_claim("k", 0, {"run_id": "r1"}) == {"run_id": "r1"}  # a retried request of the taker's own
+    assert b.last_claim("k") == (0, {"run_id": "r1"}) and b.last_claim("k2") is None
+    assert b.take_claim("k", 1, {"run_id": "r2"}) == {"run_id": "r2"}
+    assert a.last_claim("k") == (1, {"run_id": "r2"})
+    if kind == "mlflow":
+        assert [e.name for e in a.client.search_experiments()] == ["Default"]
+
+
 def _read_only_folder(tmp_path):
     """A folder this process cannot create files in: a chmod-ed one, or for root (whom permission bits
     do not stop) a read-only system folder; None where neither exists."""

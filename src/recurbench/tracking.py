@@ -201,6 +201,18 @@ class Tracker(ABC):
         """Take back a run opened to claim work that another driver holds (default: end it KILLED)."""
         self.end_runs([run_id], reason, status="KILLED")
 
+    def last_claim(self, key: str) -> tuple[int, dict[str, str]] | None:
+        """The newest claim of ``key`` (:meth:`take_claim`): its generation and its holder's tags; None
+        before the first."""
+        raise NotImplementedError(f"{type(self).__name__} keeps no claims")
+
+    def take_claim(self, key: str, generation: int, holder: Mapping[str, str]) -> dict[str, str]:
+        """Take claim ``generation`` of ``key`` for ``holder`` (tags naming it), atomically for every
+        process on the store: the tags of the holder that has it, ``holder`` where this call took it,
+        the first taker's where another did. A claim, once taken, is never given back or changed: a
+        later one takes the next generation."""
+        raise NotImplementedError(f"{type(self).__name__} keeps no claims")
+
     @contextmanager
     def run(
         self,
@@ -350,6 +362,7 @@ class MemoryTracker(Tracker):
 
     def __init__(self) -> None:
         self.runs: list[RecordedRun] = []
+        self.claims: dict[tuple[str, int], dict[str, str]] = {}
         self._started = 0
 
     def _start(self, experiment: str, name: str, tags: dict[str, str], parent_id: str | None) -> RunHandle:
@@ -391,6 +404,13 @@ class MemoryTracker(Tracker):
                 r.tags["error"], r.status = reason, status
                 ended.append(r.run_id)
         return ended
+
+    def last_claim(self, key: str) -> tuple[int, dict[str, str]] | None:
+        generations = [g for k, g in self.claims if k == key]
+        return (g := max(generations), dict(self.claims[key, g])) if generations else None
+
+    def take_claim(self, key: str, generation: int, holder: Mapping[str, str]) -> dict[str, str]:
+        return dict(self.claims.setdefault((key, generation), dict(holder)))
 
     def children(self, parent: RunHandle) -> list[RecordedRun]:
         return [r for r in self.runs if r.parent_id == parent.run_id]
@@ -525,7 +545,7 @@ def store_lock(uri: str) -> AbstractContextManager[Any]:
     """The lock of an embedded store (``<file>.lock`` beside an sqlite file, ``<folder>.lock`` beside
     a folder store), shared by every recurbench process on this machine: held to create the store and
     to claim a configuration (check the store, open the run). A server store has none (it is a no-op
-    there): a server serialises its own writes, and the runner tie-breaks claims after the fact."""
+    there): a claim there is taken through the server (:meth:`MlflowTracker.take_claim`)."""
     if (db := sqlite_file(uri)) is not None:
         path = db.parent / f"{db.name}.lock"
     elif uri.startswith("file:") or "://" not in uri:
@@ -797,6 +817,46 @@ class MlflowTracker(Tracker):
         self.client.set_terminated(run_id, status="KILLED")
         self.client.delete_run(run_id)
 
+    def last_claim(self, key: str) -> tuple[int, dict[str, str]] | None:
+        from mlflow.entities import ViewType  # noqa: PLC0415 - MLflow: 1.5 s to import, the CLI's store checks and --help do without
+
+        prefix = _claim_name(key, "")
+        found: list[Any] = []
+        token = None
+        while True:  # deleted experiments too: a claim is deleted once taken
+            page = self.client.search_experiments(view_type=ViewType.ALL, max_results=1000, page_token=token,
+                                                  filter_string=f"name LIKE '{prefix}%'")
+            found.extend(page)
+            token = page.token
+            if not token:
+                break
+        claims = [(int(e.name[len(prefix):]), e) for e in found if e.name[len(prefix):].isdigit()]
+        if not claims:
+            return None
+        generation, experiment = max(claims, key=lambda c: c[0])
+        return generation, _claim_tags(experiment)
+
+    def take_claim(self, key: str, generation: int, holder: Mapping[str, str]) -> dict[str, str]:
+        """A claim is an experiment named ``recurbench-claim/<key>/<generation>``, its holder in the
+        experiment's tags (written in the same transaction). MLflow's tracking database keeps
+        experiment names unique (a unique constraint on the table), so of the drivers that create one
+        name, exactly one succeeds and the others get RESOURCE_ALREADY_EXISTS; the name stays taken
+        after the taker deletes the experiment, which keeps claims out of every list of experiments.
+        (A server on a folder store checks names before it writes: not atomic; use a database.)"""
+        from mlflow.exceptions import MlflowException  # noqa: PLC0415 - MLflow: 1.5 s to import, the CLI's store checks and --help do without
+
+        name = _claim_name(key, str(generation))
+        try:
+            self.client.create_experiment(name, tags=dict(holder))
+        except MlflowException as exc:  # taken first (or a retried request of this one that had landed)
+            if exc.error_code != "RESOURCE_ALREADY_EXISTS":
+                raise
+        experiment = self.client.get_experiment_by_name(name)
+        taken = _claim_tags(experiment)
+        if taken == dict(holder) and experiment.lifecycle_stage == "active":
+            self.client.delete_experiment(experiment.experiment_id)
+        return taken
+
     def _start(self, experiment: str, name: str, tags: dict[str, str], parent_id: str | None) -> RunHandle:
         from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID  # noqa: PLC0415 - MLflow: 1.5 s to import, the CLI's store checks and --help do without
 
@@ -840,6 +900,19 @@ class MlflowTracker(Tracker):
                 self.client.set_terminated(run_id, status=status)
                 ended.append(run_id)
         return ended
+
+
+CLAIM_PREFIX = "recurbench-claim/"
+"""The experiments that stand for claims (:meth:`MlflowTracker.take_claim`), all deleted once taken."""
+
+
+def _claim_name(key: str, generation: str) -> str:
+    return f"{CLAIM_PREFIX}{key}/{generation}"
+
+
+def _claim_tags(experiment: Any) -> dict[str, str]:
+    """A claim's holder: its experiment's tags, those MLflow may add itself (``mlflow.*``) aside."""
+    return {k: v for k, v in experiment.tags.items() if not k.startswith("mlflow.")}
 
 
 def _tag(key: str, value: str) -> Any:

@@ -11,7 +11,7 @@ from recurbench.errors import ConfigError
 from recurbench.suites import registry, runner
 from recurbench.suites.base import RunPlan, SuiteDefinition
 from recurbench.suites.runner import SuiteFailed, run_suite
-from recurbench.tracking import MemoryTracker
+from recurbench.tracking import MemoryTracker, MlflowRun, MlflowTracker
 
 KNOWN = {"good": 1, "crash": 2}
 DEVICES: list = []  # what the runner handed to ToySuite.execute
@@ -394,31 +394,125 @@ def test_skip_finished_leaves_a_live_drivers_run_to_it_and_the_dry_run_shows_it(
     assert again.parent_run_id is None and [o.run_id for o in again.reused][1] == other.run_id
 
 
-def test_a_claim_that_loses_to_an_earlier_one_withdraws(toy, monkeypatch):
-    """Without a store lock (a server), a driver opens its run first and checks again: when another
-    driver's claim of the plan is earlier, it withdraws its own and leaves the plan to it."""
+class Driver(MlflowTracker):
+    """One driver's client of a store without a lock (a server's): ``before[method]`` runs once just
+    before that call (where another driver's steps land), and with ``clock_behind`` its runs are stamped
+    earlier than every run already in the store (its clock lags, or its request took longer)."""
+
+    def __init__(self, uri: str) -> None:
+        super().__init__(uri)
+        self.before: dict = {}
+        self.clock_behind = False
+
+    def _step(self, method: str) -> None:
+        if (step := self.before.pop(method, None)) is not None:
+            step()
+
+    def _start(self, experiment, name, tags, parent_id):
+        self._step("_start")
+        if not self.clock_behind:
+            return super()._start(experiment, name, tags, parent_id)
+        eid = self.experiment_id(experiment)
+        earliest = min(r.info.start_time for r in self.client.search_runs([eid]))
+        run = self.client.create_run(eid, start_time=earliest - 1000, run_name=name,
+                                     tags={**tags, "mlflow.parentRunId": parent_id})
+        return MlflowRun(self.client, run.info.run_id)
+
+    def last_claim(self, key):
+        self._step("last_claim")
+        return super().last_claim(key)
+
+    def take_claim(self, key, generation, holder):
+        self._step("take_claim")
+        return super().take_claim(key, generation, holder)
+
+
+@pytest.mark.parametrize("interleaving", ["late_run_stamped_earlier", "both_take_one_generation"])
+def test_two_drivers_racing_for_a_plan_on_a_server_store_leave_one_finished_run(toy, tmp_path, interleaving):
+    """No lock (a server): B checks the store and finds nothing, then A claims the plan, then B goes on.
+    ``late_run_stamped_earlier``: A's whole claim lands before B's run, which is stamped earlier than
+    A's; the earliest-run tie-break let both keep the plan (A saw only its own run, B saw its own as the
+    earliest). ``both_take_one_generation``: A and B have both opened runs and both read that no claim
+    exists, then both take the first. Either way exactly one takes the claim (MLflow's unique experiment
+    name, in the same database a server uses), the other withdraws naming its run, and the store ends
+    with one FINISHED run of the plan."""
+    import threading
+
+    from mlflow.entities import ViewType
+
     from recurbench.tracking import owner_tags
+
+    uri = f"sqlite:///{tmp_path / 'server.db'}"
+    a, b = Driver(uri), Driver(uri)
+    plan = run_suite("toy", "base", a, config_path=toy, dry_run=True, selection={"seeds": 1}).outcomes[0].plan
+    parents = {d: d._start("recurbench-toy", "toy-base", {"role": "parent", **owner_tags()}, None).run_id
+               for d in (a, b)}
+    claims = {}
+
+    def claim(driver, name):
+        claims[name] = runner.claim(driver, runner.nullcontext(), ToySuite(), "toy", "base", plan, parents[driver],
+                                    check=True, stale=[])
+
+    if interleaving == "late_run_stamped_earlier":
+        b.before["_start"] = lambda: claim(a, "a")
+        b.clock_behind = True
+    else:  # A runs in a thread, held at its read of the claims until B has read them too
+        a_reads, b_read = threading.Event(), threading.Event()
+        a_thread = threading.Thread(target=claim, args=(a, "a"))
+        a.before["last_claim"] = lambda: (a_reads.set(), b_read.wait(60))
+        b.before["_start"] = lambda: (a_thread.start(), a_reads.wait(60))
+        b.before["take_claim"] = lambda: (b_read.set(), a_thread.join(60))
+    claim(b, "b")
+    assert claims["a"].run_id is not None and claims["a"].outcome is None  # A's claim reached the store first
+    assert claims["b"].run_id is None and claims["b"].outcome.status == "RUNNING"
+    assert claims["b"].outcome.run_id == claims["a"].run_id
+    if interleaving == "late_run_stamped_earlier":  # the race as it was: B's run is the earlier one
+        (b_run,) = [r for r in b.client.search_runs([b.experiment_id("recurbench-toy")], run_view_type=ViewType.ALL)
+                    if r.data.tags.get("mlflow.parentRunId") == parents[b]]
+        assert b_run.info.start_time < a.client.get_run(claims["a"].run_id).info.start_time
+    for driver, name in ((a, "a"), (b, "b")):
+        runner.execute_plan(ToySuite(), "toy", "base", plan, driver, parents[driver], None, None,
+                            claimed=claims[name])
+    key = runner.plan_key("toy", "base", plan)
+    assert [r.run_id for r in a.stored_runs("recurbench-toy", {"plan_key": key})] == [claims["a"].run_id]
+    assert a.stored_runs("recurbench-toy", {"plan_key": key}, "RUNNING") == []  # B's run withdrawn (deleted)
+    assert a.last_claim(key)[0] == 0
+    # A third driver with --skip-finished reuses the finished run.
+    third = run_suite("toy", "base", Driver(uri), config_path=toy, selection={"seeds": 1}, skip_finished=True)
+    assert [o.run_id for o in third.reused] == [claims["a"].run_id]
+
+
+def test_a_claim_whose_runs_ended_unfinished_is_taken_again_one_generation_on(toy):
+    """A new claim of a plan is possible after its holder's run FAILED, after its driver is provably
+    gone, and after the user ended it (--end-run); while it runs on a host this one cannot check, it
+    stands."""
+    from recurbench.tracking import OWNER_HOST, owner_tags
 
     tracker = MemoryTracker()
     plan = run_suite("toy", "base", tracker, config_path=toy, dry_run=True, selection={"seeds": 1}).outcomes[0].plan
-    rival_parent = tracker._start("recurbench-toy", "toy-base", {"role": "parent", **owner_tags()}, None)
-    opened = []
-    real_open = tracker.open_run
+    key = runner.plan_key("toy", "base", plan)
 
-    def open_run(name, **kwargs):  # the rival's claim lands between this driver's check and its run
-        if not opened and kwargs.get("parent") != rival_parent.run_id:
-            opened.append(tracker.open_run.__wrapped__(name, **{**kwargs, "parent": rival_parent.run_id}))
-        return real_open(name, **kwargs)
+    def claim(stale=None):
+        parent = tracker._start("recurbench-toy", "toy-base", {"role": "parent", **owner_tags()}, None)
+        return runner.claim(tracker, runner.nullcontext(), ToySuite(), "toy", "base", plan, parent.run_id,
+                            check=True, stale=[] if stale is None else stale)
 
-    open_run.__wrapped__ = real_open
-    monkeypatch.setattr(tracker, "open_run", open_run)
-    parent = tracker._start("recurbench-toy", "toy-base", {"role": "parent", **owner_tags()}, None)
-    found = runner.claim(tracker, runner.nullcontext(), ToySuite(), "toy", "base", plan, parent.run_id,
-                         check=True, stale=[])
-    assert found.run_id is None and found.outcome.status == "RUNNING" and found.outcome.run_id == opened[0].run_id
-    mine = [r for r in tracker.runs if r.parent_id == parent.run_id]
-    assert [r.status for r in mine] == ["KILLED"] and mine[0].tags["error"].startswith(
-        f"withdrawn: run {opened[0].run_id} (host ")
+    first = claim()
+    assert first.run_id is not None and tracker.last_claim(key) == (0, {"run_id": first.run_id, "parent_id": "run-0"})
+    tracker.end_runs([first.run_id], "RuntimeError: loss is NaN")
+    second = claim()
+    assert second.run_id is not None and tracker.last_claim(key)[0] == 1
+    tracker._resume(second.run_id).tags.update(dead_owner())  # its driver killed outright
+    stale: list[str] = []
+    third = claim(stale)
+    assert third.run_id is not None and tracker.last_claim(key)[0] == 2 and stale[0] == second.run_id
+    tracker._resume(third.run_id).tags[OWNER_HOST] = "another-host"
+    left = claim()
+    assert left.outcome.status == "RUNNING" and left.outcome.run_id == third.run_id
+    assert tracker.last_claim(key)[0] == 2 and tracker.run_status(third.run_id) == "RUNNING"
+    runner.end_named_runs(tracker, [third.run_id])
+    fourth = claim()
+    assert fourth.run_id is not None and tracker.last_claim(key)[0] == 3
 
 
 def test_the_serial_engine_refuses_the_ray_options():

@@ -25,7 +25,8 @@ configuration and seed when it is about to run it (:func:`claim`): with ``skip_f
 another driver has FINISHED meanwhile is reused, and one another live driver is RUNNING is left to it
 (status RUNNING, with that driver's host, pid and since when), so two drivers share the work and end
 with one FINISHED run each. On an embedded store the check and the opening of the run are one step,
-under the store's lock; on a server the run is opened first and the earliest claim wins.
+under the store's lock; on a server the run is opened first, then the plan's next claim is taken for
+it, which the store grants to one driver only (an MLflow experiment name: unique in its database).
 """
 
 from __future__ import annotations
@@ -240,9 +241,9 @@ def claim(
     the store has it FINISHED with its headline metrics (reused) or RUNNING by another driver whose
     owner is not provably gone (left to it). A RUNNING run of it whose owner is provably gone is ended
     FAILED first (its id added to ``stale``). The check and the opening hold ``lock`` (the store's: one
-    step for every driver on an embedded store); without a lock (a server), the run is opened and the
-    check is made again: of two drivers that opened runs of one plan at once, the one with the earlier
-    (start time, run id) keeps it and the other withdraws."""
+    step for every driver on an embedded store). Without a lock (a server), the run is opened and then
+    the plan's next claim taken for it (:func:`_take_claim`): of drivers that opened runs of one plan at
+    once, the one whose claim the store took keeps it and the others withdraw."""
     experiment = experiment_name(name)
     tags = run_tags(name, profile, plan)
     if not check:
@@ -254,7 +255,7 @@ def claim(
         run = tracker.open_run(plan.name, experiment=experiment, tags=tags, parent=parent_id)
     if not isinstance(lock, nullcontext):
         return Claim(run.run_id)
-    found = _claimed(tracker, definition, name, profile, plan, parent_id, stale, mine=run.run_id)
+    found = _take_claim(tracker, definition, name, profile, plan, parent_id, run.run_id, stale)
     if found is None:
         return Claim(run.run_id)
     tracker.withdraw(run.run_id, f"withdrawn: run {found.run_id} ({found.owner or 'finished'}) claimed this "
@@ -262,28 +263,74 @@ def claim(
     return Claim(outcome=found)
 
 
+CLAIM_RUN, CLAIM_PARENT = "run_id", "parent_id"
+"""A claim's holder (:meth:`recurbench.tracking.Tracker.take_claim`): the run opened for it and that
+run's parent, the driver's (a Ray task's retry replaces the run under the same parent)."""
+
+
+def _take_claim(
+    tracker: Tracker, definition: SuiteDefinition, name: str, profile: str, plan: RunPlan, parent_id: str,
+    run_id: str, stale: list[str],
+) -> RunOutcome | None:
+    """Take the next claim of ``plan`` for run ``run_id`` (None), or say what holds it instead. Claims
+    are numbered (generations) and each is taken once, atomically, by the store: the newest one's holder
+    is looked at, and while it is alive (a live RUNNING run under its parent) or done (FINISHED) it
+    stands; once its runs ended otherwise (FAILED, KILLED, ended as stale), the next generation is
+    taken. Every driver derives that number from the same newest claim, and a holder only ever goes
+    from alive to ended, so of drivers that race for one plan exactly one takes it."""
+    key = plan_key(name, profile, plan)
+    mine = {CLAIM_RUN: run_id, CLAIM_PARENT: parent_id}
+    latest = tracker.last_claim(key)
+    while True:
+        if latest is not None:
+            found = _held(tracker, definition, name, profile, plan, latest[1], stale)
+            if found is not None:
+                return found
+        generation = 0 if latest is None else latest[0] + 1
+        holder = tracker.take_claim(key, generation, mine)
+        if holder == mine:
+            return None
+        latest = generation, holder  # another driver took it first: look at its holder
+
+
+def _held(
+    tracker: Tracker, definition: SuiteDefinition, name: str, profile: str, plan: RunPlan,
+    holder: Mapping[str, str], stale: list[str],
+) -> RunOutcome | None:
+    """What a claim's holder has of ``plan``: a run FINISHED (reused) or a live RUNNING one (left to
+    it); None once its runs ended otherwise (those whose owner is provably gone are ended here)."""
+    parent = holder.get(CLAIM_PARENT)
+    return _standing(tracker, definition, name, profile, plan, stale, lambda r: r.parent_id == parent)
+
+
 def _claimed(
     tracker: Tracker, definition: SuiteDefinition, name: str, profile: str, plan: RunPlan, parent_id: str,
-    stale: list[str], mine: str | None = None,
+    stale: list[str],
 ) -> RunOutcome | None:
-    """What stands for ``plan`` in the store, if anything (see :func:`claim`). With ``mine`` (a run just
-    opened), only a FINISHED run or a RUNNING one earlier than ``mine`` counts."""
+    """What stands for ``plan`` in the store, if anything (see :func:`claim`): another driver's run."""
+    return _standing(tracker, definition, name, profile, plan, stale, lambda r: r.parent_id != parent_id)
+
+
+def _standing(
+    tracker: Tracker, definition: SuiteDefinition, name: str, profile: str, plan: RunPlan, stale: list[str],
+    counts: Callable[[RunRecord], bool],
+) -> RunOutcome | None:
+    """The first of the runs of ``plan`` that ``counts`` keeps that stands for it: one FINISHED with
+    the headline metrics (reused), else the earliest live RUNNING one (left to its driver). A RUNNING
+    one whose owner is provably gone is ended FAILED (its id added to ``stale``)."""
     experiment = experiment_name(name)
     tags = {"suite": name, "profile": profile, PLAN_TAG: plan_key(name, profile, plan)}
     # RUNNING first: a run that ends between the two reads is then seen FINISHED by the second (read
     # the other way round, it would be in neither).
-    running = [r for r in tracker.stored_runs(experiment, tags, "RUNNING") if r.parent_id != parent_id]
+    running = [r for r in tracker.stored_runs(experiment, tags, "RUNNING") if counts(r)]
     for run in tracker.stored_runs(experiment, tags, "FINISHED"):
-        if all(k in run.metrics for k in definition.headline_metrics):
+        if counts(run) and all(k in run.metrics for k in definition.headline_metrics):
             return RunOutcome(plan, "FINISHED", metrics={k: run.metrics[k] for k in definition.headline_metrics},
                               run_id=run.run_id, seconds=run.metrics.get("wall_time_s", 0.0), reused=True)
     gone = [r for r in running if owner_gone(r.tags)]
     if gone:
         stale.extend(_end_stale(tracker, gone))
     live = sorted((r for r in running if r not in gone), key=lambda r: (r.start_time, r.run_id))
-    if mine is not None:
-        ours = next((r for r in tracker.stored_runs(experiment, tags, "RUNNING") if r.run_id == mine), None)
-        live = [r for r in live if ours is None or (r.start_time, r.run_id) < (ours.start_time, ours.run_id)]
     if live:
         return RunOutcome(plan, "RUNNING", run_id=live[0].run_id, owner=describe_owner(live[0].tags))
     return None
@@ -309,7 +356,7 @@ def execute_plan(
 ) -> RunOutcome:
     """Run one plan as a nested run of ``parent_id`` (the run ``claimed`` opened, if any), in the
     driver's process (serial) or in a Ray task (``in_task``: a run an earlier, dead attempt of this
-    task left RUNNING is ended FAILED first, and a fresh one opened). A claim that found the plan
+    task left RUNNING is ended FAILED, once a fresh one is open). A claim that found the plan
     finished or running elsewhere comes back as it is. An exception in the training code ends the run
     FAILED and comes back in the outcome; a stop, or a tracking server gone, propagates."""
     if claimed is not None and claimed.outcome is not None:
@@ -318,11 +365,11 @@ def execute_plan(
     key = plan_key(name, profile, plan)
     run_id = claimed.run_id if claimed is not None else None
     claim_owner: dict[str, str] = {}
+    dead: list[RunRecord] = []
     if in_task:
         ours = [r for r in tracker.stored_runs(experiment, {"suite": name, "profile": profile, PLAN_TAG: key},
                                                 "RUNNING") if r.parent_id == parent_id]
         dead = [r for r in ours if r.run_id != run_id or STARTED_TAG in r.tags]
-        tracker.end_runs([r.run_id for r in dead], "its worker died (killed, or out of memory); Ray ran the task again")
         if run_id in [r.run_id for r in dead]:
             # A fresh run, owned like the claim by the driver (alive: this task runs for it).
             owner = next(r.tags for r in dead if r.run_id == run_id)
@@ -337,6 +384,9 @@ def execute_plan(
         with tracker.run(plan.name, experiment=experiment, tags=run_tags(name, profile, plan, **here),
                          parent=parent_id, run_id=run_id) as run:
             outcome.run_id = run.run_id
+            # The dead attempt's run ends once this one is open: the driver's claim (held by its
+            # runs under parent_id, see _take_claim) never looks ended in between.
+            tracker.end_runs([r.run_id for r in dead], "its worker died (killed, or out of memory); Ray ran the task again")
             if run_id is not None:
                 run.set_tags(here)
             run.log_params({**plan.params, "seed": plan.seed})
