@@ -59,7 +59,11 @@ from recurbench.agents.recurrent_init import (
 )
 from recurbench.errors import ConfigError
 from recurbench.kernels.memattn import AppendOnlyMemory, memory_attention_step
-from recurbench.kernels.memattn.sequence import attentive_sequence, recurrent_sequence, sparse_attentive_sequence
+from recurbench.kernels.memattn.sequence import (
+    attentive_sequence,
+    recurrent_sequence,
+    sparse_attentive_sequence,
+)
 from recurbench.plugins import PluginRegistry, call_with_settings, first_doc_line
 
 State = tuple[Tensor, ...]

@@ -39,7 +39,16 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.nn.utils import parametrize
 
-from recurbench.agents.cores import CORES, AttentiveCore, LSTMCore, MemoryCore, RNNCore, SABCore, State, make_core
+from recurbench.agents.cores import (
+    CORES,
+    AttentiveCore,
+    LSTMCore,
+    MemoryCore,
+    RNNCore,
+    SABCore,
+    State,
+    make_core,
+)
 from recurbench.agents.recurrent_init import check_nonlinearity, check_scheme, check_scheme_name
 from recurbench.errors import ConfigError
 

@@ -26,12 +26,14 @@ later step, so ``h_i``'s gradient is complete when the reverse loop reaches step
 weights' gradients at the end as single matrix products over all steps. ``tanh(q_t + U h_i)`` is
 recomputed rather than stored (the window's would be ``O(L^2 A)``).
 
-:func:`recurrent_sequence` is the same for the RNNs without attention (orth-RNN, expRNN).
+:func:`recurrent_sequence` is the same for the RNNs without attention (orth-RNN, expRNN), in Python (two
+calls a step); :func:`sparse_attentive_sequence` is SAB's, in the C++ loop only (stepping its cell is
+its reference and its fallback).
 
 On a CPU the step loops of :func:`attentive_sequence` run in C++ (``sequence_native.cpp``, built on first
 use by :mod:`.native`; ``loop="python"`` asks for this module's): the same operations and formulas,
 with the per-slot work as plain loops instead of ~45 small PyTorch calls and ~100 us of interpreter a
-step (RelLSTM at T = 500, batch 10: about 3.5x the Python loop's steps per CPU-second;
+step (RelLSTM at T = 500, batch 10: about 4.5x the Python loop's steps per CPU-second;
 ``docs/performance.md``). The Python loop is the fallback where no compiler is found, and the GPU's
 path (PyTorch operations; the screening's table stays on the host, which costs a copy of ``alpha`` and
 of the table per step there). ``tests/kernels/memattn/test_sequence.py`` checks
