@@ -132,6 +132,7 @@ def test_a_tiny_run_learns_copy_and_logs_everything(tmp_path):
     assert set(outcome.metrics) == set(MemorySuite.headline_metrics)
     assert outcome.metrics["accuracy"] > 0.6  # chance: 1/4
     (run,) = [r for r in tracker.runs if r.parent_id is not None]
+    assert 0 < run.metrics["train_seconds"][-1][1] <= run.metrics["wall_time_s"][-1][1]  # the updates, evaluations aside
     assert {k: run.tags[k] for k in ("task", "T", "model", "nu", "rho", "study", "sweep")} == {
         "task": "copy", "T": "3", "model": "lstm", "nu": "-", "rho": "-", "study": "table5", "sweep": "-"}
     steps = [s for s, _ in run.metrics["loss"]]

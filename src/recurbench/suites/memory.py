@@ -30,8 +30,9 @@ and logs, per run:
   (mean ``||dL2/dh_t||`` over the c data steps, at initialisation and after training),
   ``grad_ratio_init`` / ``grad_ratio_final`` (the norm at t = 1 over the norm at t = T, 1-based: the
   issue's measure of decay over the delay; 0 where the first step's norm underflowed),
-  ``updates_per_second``, ``n_params``, ``updates`` (run), ``solved`` (1 or 0) and ``solved_at`` (the
-  update of the second solved evaluation; NaN when not solved);
+  ``updates_per_second``, ``train_seconds`` (the time in the updates, evaluations aside, over every
+  attempt of a resumed run: ``wall_time_s`` is this attempt's), ``n_params``, ``updates`` (run),
+  ``solved`` (1 or 0) and ``solved_at`` (the update of the second solved evaluation; NaN when not solved);
 * artifacts ``gradient_norms.json`` (``||dL2/dh_t||`` for every t, both times) with its figure
   ``gradient_norms.png`` (log scale against t), and ``loss_curve.json``;
 * every ``training.checkpoint_every`` updates (500 by default) a checkpoint
@@ -529,6 +530,7 @@ class MemorySuite(SuiteDefinition):
         }
         # train_accuracy was logged per window: its latest value is the last window's already.
         run.log_metrics({k: v for k, v in metrics.items() if k != "train_accuracy"})
+        run.log_metrics({"train_seconds": result.seconds})  # logged, not a headline: older runs lack it
         run.log_dict({**grads.as_dict(), "T": job.T, "scored_from": task.scored_from, "seq_len": task.seq_len},
                      "gradient_norms.json")
         run.log_figure(gradient_figure([(f"{job.task}, T = {job.T}, {job.network.core}",
