@@ -27,11 +27,11 @@ def _reference(core: AttentiveCore, x: torch.Tensor) -> torch.Tensor:
     return core.forward_sequence(x, state, starts)[0]
 
 
-def _assert_matches_the_reference(core, loop: str = "auto") -> None:
+def _assert_matches_the_reference(core, loop: str = "auto", reference=_reference) -> None:
     """Outputs and the gradients of the input and every parameter, in float64, for 30 steps of 3 rows."""
     x = torch.randn(30, 3, 6, dtype=torch.float64, requires_grad=True)
     weight = torch.randn(30, 3, 8, dtype=torch.float64)  # a loss that weighs every output differently
-    expected = _reference(core, x)
+    expected = reference(core, x)
     got = core.sequence_outputs(x, loop=loop) if loop != "auto" else core.sequence_outputs(x)
     torch.testing.assert_close(got, expected, rtol=0, atol=1e-12)
     inputs = [x, *core.parameters()]
@@ -175,17 +175,7 @@ def test_sabs_native_sequence_matches_stepping_the_cell_in_float64(settings):
     # the past only through the selected states must all come out the same in the C++ loop.
     torch.manual_seed(0)
     core = make_core("sab", 6, 8, attention_size=5, **settings).double()
-    x = torch.randn(30, 3, 6, dtype=torch.float64, requires_grad=True)
-    weight = torch.randn(30, 3, 8, dtype=torch.float64)
-    expected = core.sequence_outputs(x, loop="python")
-    got = core.sequence_outputs(x, loop="native")
-    torch.testing.assert_close(got, expected, rtol=0, atol=1e-12)
-    inputs = [x, *core.parameters()]
-    names = ["x", *(n for n, _ in core.named_parameters())]
-    want = torch.autograd.grad((expected * weight).sum(), inputs)
-    have = torch.autograd.grad((got * weight).sum(), inputs)
-    for n, a, b in zip(names, have, want, strict=True):
-        torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-12, msg=n)
+    _assert_matches_the_reference(core, "native", reference=lambda core, x: core.sequence_outputs(x, loop="python"))
 
 
 def test_sabs_sequence_falls_back_to_stepping_without_the_native_loop(monkeypatch):
