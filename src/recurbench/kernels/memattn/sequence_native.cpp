@@ -603,9 +603,13 @@ std::vector<Tensor> sab_backward(const Tensor& grad_out, const Tensor& w_hh, con
 
 }  // namespace
 
+// The GIL is released for the whole loop (it needs none): a driver's other threads (progress, MLflow's
+// async logging, Ray's) go on while a sequence runs.
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
-  m.def("attentive_forward", &attentive_forward, "An attentive core over a sequence (histories for the backward)");
-  m.def("attentive_backward", &attentive_backward, "Its gradients");
-  m.def("sab_forward", &sab_forward, "SAB over a sequence (histories for the backward)");
-  m.def("sab_backward", &sab_backward, "Its gradients");
+  using release = pybind11::call_guard<pybind11::gil_scoped_release>;
+  m.def("attentive_forward", &attentive_forward, "An attentive core over a sequence (histories for the backward)",
+        release());
+  m.def("attentive_backward", &attentive_backward, "Its gradients", release());
+  m.def("sab_forward", &sab_forward, "SAB over a sequence (histories for the backward)", release());
+  m.def("sab_backward", &sab_backward, "Its gradients", release());
 }
