@@ -18,6 +18,8 @@ import functools
 import hashlib
 import os
 import platform
+import shutil
+import sysconfig
 import warnings
 from pathlib import Path
 from types import ModuleType
@@ -48,6 +50,9 @@ def native_module() -> ModuleType | None:
     switched off or cannot be built (with a warning naming the reason)."""
     if not native_enabled():
         return None
+    scripts = sysconfig.get_path("scripts")  # where pip put the `ninja` dependency's executable
+    if shutil.which("ninja") is None and scripts and shutil.which("ninja", path=scripts):
+        os.environ["PATH"] = scripts + os.pathsep + os.environ.get("PATH", "")  # an environment not activated
     try:
         from torch.utils.cpp_extension import load  # noqa: PLC0415 - imports setuptools; only on first use
 
