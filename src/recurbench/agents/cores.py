@@ -515,11 +515,7 @@ class SABCore(MemoryCore):
                 raise RuntimeError("SABCore.sequence_outputs: the native loop is not available here (not a CPU "
                                    "tensor, RECURBENCH_NATIVE=0, or its build failed)")
         state = tuple(t.to(x.dtype) for t in self.initial_state(x.shape[1], x.device))
-        outputs = []
-        for x_t in x:
-            h, state = self.cell(x_t, state)
-            outputs.append(h)
-        return torch.stack(outputs)
+        return self.forward_sequence(x, state, x.new_zeros(x.shape[:2]))[0]
 
     def sparse_weights(self, e: Tensor) -> Tensor:
         """Step 4: the top-k weights of scores ``e`` [B, n]."""

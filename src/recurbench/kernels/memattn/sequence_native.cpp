@@ -79,7 +79,6 @@ struct Screening {
 };
 
 // The slots of step t: `n` per row and their history rows (rows[b * n + i]).
-template <typename scalar_t>
 int64_t step_slots(int64_t t, int64_t B, bool window, const int64_t* table, std::vector<int64_t>& rows) {
   if (window) {
     for (int64_t b = 0; b < B; ++b)
@@ -225,7 +224,7 @@ void forward_loop(const Sizes& d, int64_t cell, int64_t nu, int64_t rho, const T
         memory.insert(t - 1);
         std::copy(memory.flat.begin(), memory.flat.end(), FL + t * B * S);
       }
-      const int64_t n = step_slots<scalar_t>(t, B, d.window, memory.flat.data(), rows);
+      const int64_t n = step_slots(t, B, d.window, memory.flat.data(), rows);
       keys_plus_query_tanh<scalar_t>(z, B, n, A, rows, Ks, Qs + t * B * A);
       const scalar_t* Z = z.data_ptr<scalar_t>();
       const scalar_t* h_prev = Hs + (t - 1) * B * H;
@@ -351,7 +350,7 @@ void backward_loop(const Sizes& d, int64_t cell, const Tensor& w_rec, const Tens
     const scalar_t* DR = d_read.data_ptr<scalar_t>();
     scalar_t* dh_prev = DH + (t - 1) * B * H;
     for (int64_t x = 0; x < B * H; ++x) dh_prev[x] += DR[x];
-    const int64_t n = step_slots<scalar_t>(t, B, d.window, FL ? FL + t * B * S : nullptr, rows);
+    const int64_t n = step_slots(t, B, d.window, FL ? FL + t * B * S : nullptr, rows);
     keys_plus_query_tanh<scalar_t>(z, B, n, A, rows, Ks, Qs + t * B * A);  // recomputed
     const scalar_t* Z = z.data_ptr<scalar_t>();
     scalar_t* dq = DQ + t * B * A;
@@ -438,7 +437,7 @@ void sab_forward_loop(const SabSizes& d, const Tensor& xw, const Tensor& w_hh_t,
   StepView h_t(h), l_t(l), q_t(q), act_t(act), c_t(c), tanh_c_t(tanh_c), key_t(keys);
   Tensor z = at::empty({std::max<int64_t>(d.slots, 1) * B * A}, xw.options());
   std::vector<scalar_t> e(d.slots);
-  std::vector<int64_t> order(d.slots);
+  std::vector<int64_t> order(d.slots), rows(std::max<int64_t>(d.slots, 1) * B);
   for (int64_t t = 0; t < T; ++t) {
     scalar_t* gates = ACT + t * B * G;
     std::copy(XW + t * B * G, XW + (t + 1) * B * G, gates);
@@ -454,18 +453,9 @@ void sab_forward_loop(const SabSizes& d, const Tensor& xw, const Tensor& w_hh_t,
       scalar_t* qt = Qs + t * B * A;
       for (int64_t b = 0; b < B; ++b) std::copy(BQ, BQ + A, qt + b * A);
       q_t.at(t).addmm_(l_t.at(t), wq_t);
-      scalar_t* Z = z.data_ptr<scalar_t>();
-      for (int64_t b = 0; b < B; ++b)
-        for (int64_t j = 0; j < n; ++j) {
-          scalar_t* zp = Z + (b * n + j) * A;
-          const scalar_t *kp = KEYS + (j * B + b) * A, *qp = qt + b * A;
-          for (int64_t a = 0; a < A; ++a) zp[a] = kp[a] + qp[a];
-        }
-      if (B * n * A == z.numel()) {
-        z.tanh_();
-      } else {
-        z.narrow(0, 0, B * n * A).tanh_();
-      }
+      step_slots(n, B, true, nullptr, rows);  // every stored key, as a window's: key j of row b at j B + b
+      keys_plus_query_tanh<scalar_t>(z, B, n, A, rows, KEYS, qt);
+      const scalar_t* Z = z.data_ptr<scalar_t>();
       for (int64_t b = 0; b < B; ++b) {
         for (int64_t j = 0; j < n; ++j) e[j] = dot(Z + (b * n + j) * A, V, A);
         for (int64_t j = 0; j < n; ++j) order[j] = j;
