@@ -504,16 +504,12 @@ class SABCore(MemoryCore):
         (:func:`~recurbench.kernels.memattn.sequence.sparse_attentive_sequence`), else (or with
         ``loop="python"``) by stepping :meth:`cell`, the reference."""
         lstm = self.lstm
-        if loop != "python":
-            xw = F.linear(x, lstm.weight_ih, lstm.bias_ih + lstm.bias_hh)
-            out = sparse_attentive_sequence(xw, lstm.weight_hh, self.query.weight, self.query.bias, self.key.weight,
-                                            self.v, topk=self.topk, truncate=self.truncate,
-                                            stride=self.memory_stride)
-            if out is not None:
-                return out
-            if loop == "native":
-                raise RuntimeError("SABCore.sequence_outputs: the native loop is not available here (not a CPU "
-                                   "tensor, RECURBENCH_NATIVE=0, or its build failed)")
+        xw = F.linear(x, lstm.weight_ih, lstm.bias_ih + lstm.bias_hh)
+        out = sparse_attentive_sequence(xw, lstm.weight_hh, self.query.weight, self.query.bias, self.key.weight,
+                                        self.v, topk=self.topk, truncate=self.truncate, stride=self.memory_stride,
+                                        loop=loop)
+        if out is not None:
+            return out
         state = tuple(t.to(x.dtype) for t in self.initial_state(x.shape[1], x.device))
         return self.forward_sequence(x, state, x.new_zeros(x.shape[:2]))[0]
 

@@ -317,23 +317,32 @@ def attentive_sequence(xw: Tensor, w_rec: Tensor, wq: Tensor, bq: Tensor, wk: Te
     ``sequence_native.cpp`` (CPU tensors; built on first use, :mod:`.native`); ``python``, this module's;
     ``auto`` (default), the C++ loop on a CPU where it could be built, else Python's.
     """
-    if loop not in LOOPS:
-        raise ValueError(f"attentive_sequence: unknown loop {loop!r}; choose {', '.join(LOOPS)}")
     if cell not in CELLS:
         raise ValueError(f"attentive_sequence: unknown cell {cell!r}; choose {', '.join(CELLS)}")
     if nu < 1 or rho < 0:
         raise ValueError(f"attentive_sequence: need nu >= 1 and rho >= 0, got nu={nu}, rho={rho}")
     if bias is None:
         bias = xw.new_zeros(w_rec.shape[1])
-    native = None
-    if loop != "python" and xw.device.type == "cpu":
-        native = native_module()
-        if native is None and loop == "native":
-            raise RuntimeError("attentive_sequence: loop='native' asked for, but the C++ loop is not available "
-                               f"({SWITCH}=0, or its build failed: see the warning)")
-    elif loop == "native":
-        raise ValueError(f"attentive_sequence: loop='native' runs on the CPU only; these tensors are on {xw.device}")
+    native = _native_loop(xw, loop, "attentive_sequence")
     return _AttentiveSequence.apply(xw, w_rec, wq, bq, wk, v, bias, cell, nu, rho, native)
+
+
+def _native_loop(xw: Tensor, loop: str, caller: str) -> ModuleType | None:
+    """The compiled module where ``loop`` (:data:`LOOPS`) runs the C++ loop for tensors like ``xw``;
+    None for the Python path. ``loop="native"`` where it cannot run is an error."""
+    if loop not in LOOPS:
+        raise ValueError(f"{caller}: unknown loop {loop!r}; choose {', '.join(LOOPS)}")
+    if loop == "python":
+        return None
+    if xw.device.type != "cpu":
+        if loop == "native":
+            raise ValueError(f"{caller}: loop='native' runs on the CPU only; these tensors are on {xw.device}")
+        return None
+    native = native_module()
+    if native is None and loop == "native":
+        raise RuntimeError(f"{caller}: loop='native' asked for, but the native loop is not available here "
+                           f"({SWITCH}=0, or its build failed: see the warning)")
+    return native
 
 
 
@@ -402,11 +411,12 @@ class _SparseAttentiveSequence(torch.autograd.Function):
 
 
 def sparse_attentive_sequence(xw: Tensor, w_hh: Tensor, wq: Tensor, bq: Tensor, wk: Tensor, v: Tensor, *,
-                              topk: int, truncate: int, stride: int) -> Tensor | None:
+                              topk: int, truncate: int, stride: int, loop: str = "auto") -> Tensor | None:
     """SAB's outputs ``h_t`` [T, B, H] from an empty state (the recurrence:
     :class:`~recurbench.agents.cores.SABCore`, the reference), as one autograd node with a hand-written
-    backward in the native loop; ``None`` where that loop cannot run (not a CPU tensor, or not built),
-    for the caller to step the core instead.
+    backward in the native loop; ``None`` where that loop does not run (``loop`` as
+    :func:`attentive_sequence`'s: ``python``, or ``auto`` off a CPU or without the build), for the
+    caller to step the core instead.
 
     ``xw`` [T, B, 4H]: the LSTM's input projections with both biases; ``w_hh`` [4H, H]; ``wq`` [A, H],
     ``bq`` [A]: the query; ``wk`` [A, H]: the keys; ``v`` [A]; ``topk``, ``truncate`` and ``stride``
@@ -415,7 +425,7 @@ def sparse_attentive_sequence(xw: Tensor, w_hh: Tensor, wq: Tensor, bq: Tensor, 
     if min(topk, truncate, stride) < 1:
         raise ValueError(f"sparse_attentive_sequence: topk, truncate and stride must be at least 1, got {topk}, "
                          f"{truncate}, {stride}")
-    native = native_module() if xw.device.type == "cpu" else None
+    native = _native_loop(xw, loop, "sparse_attentive_sequence")
     if native is None:
         return None
     return _SparseAttentiveSequence.apply(xw, w_hh, wq, bq, wk, v, topk, truncate, stride, native)
