@@ -259,12 +259,65 @@ def test_attaching_is_by_address_only_and_leaves_the_cluster_running(which, othe
     """``--address HOST:PORT`` and ``--address ray://HOST:PORT`` (Ray's client: in the ray extra)."""
     address = other_head.address if which == "gcs" else other_head.client_address
     with ray_auth(RAY_AUTH_MODE="token", RAY_AUTH_TOKEN_PATH=other_head.token_path):
-        with ray_instance(ray, EngineSpec("ray", workers=1, address=address)) as line:
-            assert ray.get(ray.remote(where_am_i).remote())["gcs"] == other_head.address
+        try:
+            with ray_instance(ray, EngineSpec("ray", workers=1, address=address)) as line:
+                assert ray.get(ray.remote(where_am_i).remote())["gcs"] == other_head.address
+        except ConfigError as exc:  # the head's client-server logs say why
+            logs = sorted(Path(other_head.folder).glob("ray/session_2*/logs/ray_client_server*"))
+            pytest.fail(f"{exc}\n" + "\n".join(f"== {log}\n{log.read_text(errors='replace')[-3000:]}" for log in logs))
     assert line == f"Ray: attached to the Ray cluster at {address} (--address: 1 CPU, 0 GPU); it is left running"
     assert line in capfd.readouterr().err
     assert not ray.is_initialized()
     assert other_head.untouched()
+
+
+class _ClientThatFails:
+    """A stand-in for the ``ray`` module whose client init fails ``failures`` times as Ray's client
+    does when its server cannot start the client's own server; then it attaches."""
+
+    exceptions = ray.exceptions
+
+    def __init__(self, failures: int, message: str) -> None:
+        self.failures, self.message, self.calls = failures, message, []
+
+    def init(self, address: str, **kwargs) -> None:
+        self.calls.append("init")
+        if self.failures:
+            self.failures -= 1
+            raise ConnectionAbortedError(self.message)
+
+    def shutdown(self) -> None:
+        self.calls.append("shutdown")
+
+
+SERVER_TRACEBACK = ("Initialization failure from server:\nTraceback (most recent call last):\n"
+                    '  File "proxier.py", line 780, in Datapath\n'
+                    "RuntimeError: Proxy failed to Connect to backend! Check `ray_client_server.err`")
+
+
+def test_a_client_server_that_cannot_start_the_clients_server_is_tried_again_then_named():
+    """The ray:// attach failed once in CI with "Initialization failure from server" (a loaded head);
+    it is tried up to three times, each try after a shutdown, and the refusal names the server's reason."""
+    from recurbench import engine
+
+    flaky = _ClientThatFails(2, SERVER_TRACEBACK)
+    engine._init_client_retrying(flaky, "ray://127.0.0.1:10001")
+    assert flaky.calls == ["init", "shutdown", "init", "shutdown", "init"]
+
+    with socket.socket() as server:  # something answers, as a client server would
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+        address = f"ray://127.0.0.1:{server.getsockname()[1]}"
+        broken = _ClientThatFails(3, SERVER_TRACEBACK)
+        with pytest.raises(ConfigError, match=rf"^cannot attach to the Ray cluster at {address} \(--address\): "
+                                              r"Initialization failure from server: RuntimeError: Proxy failed "):
+            engine._attach(broken, EngineSpec("ray", address=address), address)
+    assert broken.calls == ["init", "shutdown", "init", "shutdown", "init"]
+
+    other = _ClientThatFails(1, "Connection reset")  # not the server's start: said at once
+    with pytest.raises(ConnectionAbortedError):
+        engine._init_client_retrying(other, "ray://127.0.0.1:10001")
+    assert other.calls == ["init"]
 
 
 def test_gpus_that_no_node_has_are_refused_before_any_task(other_head, loopback_driver):

@@ -521,18 +521,41 @@ def _attach(ray: Any, spec: EngineSpec, address: str) -> str:
             from ray._raylet import GcsClient  # noqa: PLC0415 - Ray is optional (the ray extra)
 
             GcsClient(address=address)
-        ray.init(address=address, logging_level=logging.WARNING)
+        _init_client_retrying(ray, address)
     except ray.exceptions.AuthenticationError:
         raise ConfigError(needs_token) from None
     except (ConnectionError, RuntimeError, ValueError, ray.exceptions.RayError) as exc:
         lines = [line.strip() for line in str(exc).splitlines() if line.strip()] or [type(exc).__name__]
-        first = " ".join(lines[:2] if lines[0].endswith(":") else lines[:1])[:500]
+        if len(lines) > 1 and lines[1].startswith("Traceback"):  # the server's traceback: its own last line
+            first = f"{lines[0]} {lines[-1]}"[:500]
+        else:
+            first = " ".join(lines[:2] if lines[0].endswith(":") else lines[:1])[:500]
         # Ray's client says only "connection timeout" when the cluster refuses a connection without its token.
         hint = "; if it uses Ray's token authentication, set RAY_AUTH_MODE=token" if (
             address.startswith("ray://") and os.environ.get("RAY_AUTH_MODE") != "token") else ""
         raise ConfigError(f"cannot attach to the Ray cluster at {address} (--address): {first}{hint}") from None
     where = f"the Ray cluster at {address}"
     return f"Ray: attached to {where} (--address: {_sizes(check_resources(ray, spec, where))}); it is left running"
+
+
+CLIENT_INIT_ATTEMPTS = 3
+
+
+def _init_client_retrying(ray: Any, address: str) -> None:
+    """``ray.init(address)``; for Ray's client, tried again (up to :data:`CLIENT_INIT_ATTEMPTS` in all)
+    where its server answered but could not start this client's own server in time ("Initialization
+    failure from server"), which a loaded head does now and then. Every other failure is at once."""
+    for attempt in range(1, CLIENT_INIT_ATTEMPTS + 1):
+        try:
+            ray.init(address=address, logging_level=logging.WARNING)
+            return
+        except ConnectionAbortedError as exc:
+            transient = address.startswith("ray://") and str(exc).startswith("Initialization failure from server")
+            if not transient or attempt == CLIENT_INIT_ATTEMPTS:
+                raise
+            ray.shutdown()
+            print(f"Ray: the client server at {address} could not start this command's own server "
+                  f"(attempt {attempt} of {CLIENT_INIT_ATTEMPTS}): trying again", file=sys.stderr, flush=True)
 
 
 def check_reachable(address: str, timeout: float = CONNECT_TIMEOUT_S) -> None:
