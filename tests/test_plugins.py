@@ -399,6 +399,38 @@ def test_every_suite_plans_a_plugin_with_its_own_settings_and_builds_it_with_the
     assert type(built).__name__ == cls and built.layers == 2
 
 
+def test_tune_minigrid_builds_a_plugin_core_with_its_own_settings_and_logs_them(module_folder, monkeypatch):
+    """``tune minigrid --model module:Class --set plugin_settings.<name>.layers=2``: every trial's
+    agent has the setting and its run logs it; a bad key is the suite's one line, before a trial."""
+    from recurbench.tracking import MemoryTracker
+    from recurbench.tuning import objectives
+    from recurbench.tuning.objectives import MinigridObjective
+    from recurbench.tuning.study import StudySpec, run_study
+
+    (module_folder / "tuned_cores.py").write_text(SETTINGS_CORE)
+    name = "tuned_cores:StackedGRU"
+    built = []
+    real = objectives.make_agent
+
+    def spy(*args, **kwargs):
+        agent = real(*args, **kwargs)
+        built.append(agent.policy.core)
+        return agent
+
+    monkeypatch.setattr(objectives, "make_agent", spy)
+    tracker = MemoryTracker()
+    objective = MinigridObjective(name, "GoToObject", total_timesteps=256,
+                                  overrides=(f"plugin_settings.{name}.layers=2", "ppo.n_envs=2"))
+    run_study(StudySpec("plugin", 1, storage=None, pruner="none"), objective, tracker)
+    assert [(type(core).__name__, core.layers) for core in built] == [("StackedGRU", 2)]
+    (trial,) = [r for r in tracker.runs if r.tags.get("role") == "trial"]
+    assert str(trial.params["plugin_settings.layers"]) == "2"
+
+    bad = MinigridObjective(name, "GoToObject", overrides=(f"plugin_settings.{name}.widht=2",))
+    with pytest.raises(ConfigError, match=r"minigrid\.yaml: profiles\.quick\.plugin_settings\.tuned_cores:StackedGRU\.widht: unknown setting 'widht'"):
+        _ = bad.plugin_settings
+
+
 def test_a_setting_without_a_default_must_be_given_and_a_built_in_takes_none(module_folder):
     (module_folder / "needs_a_width.py").write_text(SETTINGS_FORECASTER.replace("width: int = 16", "width: int"))
     name = "needs_a_width:TinyGRU"

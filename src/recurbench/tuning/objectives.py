@@ -23,7 +23,7 @@ import yaml
 from stable_baselines3.common.callbacks import BaseCallback
 
 from recurbench.agents.cores import CORES
-from recurbench.agents.training import evaluate, make_agent
+from recurbench.agents.training import AGENT_CORE_SETTINGS, evaluate, make_agent
 from recurbench.config import deep_merge, parse_overrides, read_yaml
 from recurbench.data import prepare
 from recurbench.envs import ENV_PAIRS
@@ -31,6 +31,7 @@ from recurbench.envs.minigrid import env_max_steps
 from recurbench.errors import ConfigError
 from recurbench.forecasters.models import ARCHITECTURES, build_network
 from recurbench.forecasters.training import ValCheck, train
+from recurbench.plugins import planned_settings
 from recurbench.runtime import raise_if_terminated
 from recurbench.seeding import seed_everything
 from recurbench.suites.base import suite_file
@@ -217,6 +218,13 @@ class MinigridObjective(Objective):
         _, cfg = load_profile("minigrid", self.profile, self.config, self.overrides)
         return ENV_PAIRS[self.env], cfg
 
+    @cached_property
+    def plugin_settings(self) -> dict[str, Any]:
+        """A plugin core's own settings from the profile's ``plugin_settings`` (``--set
+        plugin_settings.NAME.KEY=V``), checked as the suite checks them; empty for a built-in."""
+        _, cfg = self.job
+        return planned_settings(CORES, self.model, cfg.plugin_settings, shared=AGENT_CORE_SETTINGS)
+
     def describe(self) -> dict[str, Any]:
         pair, cfg = self.job
         return {"model": self.model, "env": self.env, "train_env": pair.train, "profile": self.profile,
@@ -246,7 +254,8 @@ class MinigridObjective(Objective):
     def __call__(self, trial: optuna.Trial, run: RunHandle) -> float:
         pair, cfg = self.job
         ppo, core = self.suggest(trial)
-        run.log_params({"ppo": ppo.model_dump(), "core": core.model_dump()})
+        run.log_params({"ppo": ppo.model_dump(), "core": core.model_dump(),
+                        **({"plugin_settings": self.plugin_settings} if self.plugin_settings else {})})
         seed_everything(self.seed)
         torch.set_num_threads(1)
         report = self.report
@@ -261,7 +270,8 @@ class MinigridObjective(Objective):
                 if episodes:
                     report(trial, run, float(np.mean([ep["r"] for ep in episodes])), self.num_timesteps, "rollout_reward")
 
-        agent = make_agent(self.model, pair.train, ppo, core, seed=self.seed, device=self.device)
+        agent = make_agent(self.model, pair.train, ppo, core, seed=self.seed, device=self.device,
+                           plugin_settings=self.plugin_settings)
         try:
             agent.learn(self.total_timesteps or cfg.total_timesteps, callback=ReportReward())
         finally:
