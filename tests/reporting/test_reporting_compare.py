@@ -501,3 +501,67 @@ def test_unfinished_runs_whose_seed_finished_elsewhere_are_not_listed(tmp_path):
     assert listed.count("informer-ETTh1-24-s") == 2
     assert "RuntimeError: s2 failed" in listed and "RuntimeError: s1 failed at other settings" in listed
     assert "RuntimeError: s0 failed" not in listed and "RuntimeError: s1 failed after it" not in listed
+
+
+def test_an_unfinished_run_taken_over_by_a_later_attempt_is_not_listed(tmp_path):
+    """An ended run (FAILED, KILLED) whose configuration and seed was started again later with the same
+    params (continued from its checkpoint, or from the start), whatever that later run's status, is
+    history: ``failed`` names the newest attempt in ``taken_over_by`` and the table lists only it. An
+    attempt at other params, or with no later attempt, is still listed."""
+    from recurbench.tracking import MlflowTracker, experiment_name, standard_tags
+
+    tracker = MlflowTracker(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    tracker.client.create_experiment(experiment_name("ltsf"), artifact_location=(tmp_path / "a").as_uri())
+    ids: dict[str, str] = {}
+
+    def attempt(label, seed, *, seq_len=96, extra_tags=None):
+        tags = standard_tags(suite="ltsf", profile="quick", seed=seed, dataset="ETTh1", horizon=24, model="informer")
+        try:
+            with tracker.run(f"informer-ETTh1-24-s{seed}", experiment=experiment_name("ltsf"), parent=parent,
+                             tags={**tags, **(extra_tags or {})}) as run:
+                ids[label] = run.run_id
+                run.log_params({"seq_len": seq_len, "seed": seed})
+                raise RuntimeError(label)
+        except RuntimeError:
+            pass
+
+    with tracker.run("ltsf-quick", experiment=experiment_name("ltsf"),
+                     tags=standard_tags(suite="ltsf", profile="quick", role="parent")) as parent:
+        with tracker.run("informer-ETTh1-24-s9", experiment=experiment_name("ltsf"), parent=parent,
+                         tags=standard_tags(suite="ltsf", profile="quick", seed=9, dataset="ETTh1", horizon=24,
+                                            model="informer")) as done:
+            done.log_params({"seq_len": 96, "seed": 9})
+            done.log_metrics({"test_mse": 0.5, "test_mae": 0.5})
+        attempt("s0 first", 0)
+        attempt("s0 second", 0, extra_tags={"resumed_from": "x"})
+        attempt("s0 third", 0)
+        attempt("s1 at 96", 1)
+        attempt("s1 at 48", 1, seq_len=48)
+        attempt("s2 alone", 2)
+
+    comp = compare("ltsf", tracking_uri=tracker.tracking_uri)
+    taken = {r: t if isinstance(t, str) else None for r, t in zip(comp.failed["run_id"], comp.failed["taken_over_by"], strict=True)}
+    assert taken == {
+        ids["s0 first"]: ids["s0 third"],
+        ids["s0 second"]: ids["s0 third"],
+        ids["s0 third"]: None,
+        ids["s1 at 96"]: None,
+        ids["s1 at 48"]: None,
+        ids["s2 alone"]: None,
+    }
+    assert set(comp.unresolved["run_id"]) == {ids["s0 third"], ids["s1 at 96"], ids["s1 at 48"], ids["s2 alone"]}
+    note = next(n for n in comp.notes if "took each over" in n)
+    assert note.startswith("2 run(s) that did not finish are not listed: a later run of the same configuration, seed")
+    assert f"({ids['s0 first'][:8]}: taken over by {ids['s0 third'][:8]})" in note
+    listed = render(comp, "markdown").split("runs that did not finish")[1].split("\n\n*")[0]
+    assert "RuntimeError: s0 third" in listed
+    assert "RuntimeError: s0 first" not in listed and "RuntimeError: s0 second" not in listed
+    # A run at work now takes over the ended attempts before it, and is listed itself.
+    with tracker.run("ltsf-quick", experiment=experiment_name("ltsf"),
+                     tags=standard_tags(suite="ltsf", profile="quick", role="parent")) as parent, \
+            tracker.run("informer-ETTh1-24-s2", experiment=experiment_name("ltsf"), parent=parent,
+                        tags=standard_tags(suite="ltsf", profile="quick", seed=2, dataset="ETTh1", horizon=24,
+                                           model="informer")) as live:
+        live.log_params({"seq_len": 96, "seed": 2})
+        now = compare("ltsf", tracking_uri=tracker.tracking_uri)
+        assert ids["s2 alone"] not in set(now.unresolved["run_id"]) and live.run_id in set(now.unresolved["run_id"])

@@ -88,7 +88,10 @@ class Comparison:
     failed: pd.DataFrame
     """Runs that did not finish: ``run_id``, ``name``, ``status``, config keys, ``seed``, ``error``,
     ``finished_as`` (the finished run that counts for the same configuration and seed at the same
-    settings, or None: :attr:`recurbench.reporting.runs.SuiteRuns.finished_as`)."""
+    settings, or None: :attr:`recurbench.reporting.runs.SuiteRuns.finished_as`), ``taken_over_by``
+    (the newest later run of its configuration, seed and params: one that continued it from its
+    checkpoint or started it again; None where there is none:
+    :attr:`recurbench.reporting.runs.SuiteRuns.taken_over_by`)."""
     wins: pd.DataFrame | None = None
     """LTSF: per RSA pair, cells where RSA ≤ baseline, ours and the paper's (on our cells and on all)."""
     aggregate: pd.DataFrame | None = None
@@ -104,9 +107,9 @@ class Comparison:
 
     @property
     def unresolved(self) -> pd.DataFrame:
-        """The runs of :attr:`failed` whose configuration and seed no finished run stands for: the
-        ones a table lists."""
-        return self.failed[self.failed["finished_as"].isna()]
+        """The runs of :attr:`failed` whose configuration and seed no finished run stands for, and that
+        no later run took over (continued from their checkpoint, or started again): the ones a table lists."""
+        return self.failed[self.failed["finished_as"].isna() & self.failed["taken_over_by"].isna()]
 
     @property
     def default_layout(self) -> bool:
@@ -130,7 +133,7 @@ def compare_runs(runs: SuiteRuns, *, reference: str = "paper", by: Sequence[str]
     spec = layout(runs.suite)
     if by:
         check_unique(list(by), "key", "--by")
-    failed = failed_frame(runs.unfinished, spec, runs.finished_as)
+    failed = failed_frame(runs.unfinished, spec, runs.finished_as, runs.taken_over_by)
     if not runs.finished:
         raise RecurbenchError(
             f"experiment {runs.experiment!r} has no finished runs"
@@ -144,6 +147,13 @@ def compare_runs(runs: SuiteRuns, *, reference: str = "paper", by: Sequence[str]
         notes.append(
             f"{len(rerun)} run(s) that did not finish are not listed: the same configuration and seed finished "
             f"in another run at the same settings: {', '.join(rerun[:3])}{', ...' if len(rerun) > 3 else ''}"
+        )
+    if later := [f"{r.name} ({r.run_id[:8]}: taken over by {runs.taken_over_by[r.run_id][:8]})"
+                 for r in runs.unfinished if r.run_id in runs.taken_over_by and r.run_id not in runs.finished_as]:
+        notes.append(
+            f"{len(later)} run(s) that did not finish are not listed: a later run of the same configuration, seed "
+            f"and settings took each over (continued it from its checkpoint, or started it again): "
+            f"{', '.join(later[:3])}{', ...' if len(later) > 3 else ''}"
         )
     frame = runs_frame(runs.finished, spec, keys)
     dropped = frame[list(keys)].isna().any(axis=1)
@@ -343,10 +353,11 @@ def minigrid_aggregate(frame: pd.DataFrame) -> pd.DataFrame:
 
 
 def failed_frame(
-    records: Sequence[RunRecord], spec: SuiteLayout, finished_as: Mapping[str, str] | None = None
+    records: Sequence[RunRecord], spec: SuiteLayout, finished_as: Mapping[str, str] | None = None,
+    taken_over_by: Mapping[str, str] | None = None,
 ) -> pd.DataFrame:
-    finished_as = finished_as or {}
-    columns = ["run_id", "name", "status", *spec.config_keys, "seed", "error", "finished_as"]
+    finished_as, taken_over_by = finished_as or {}, taken_over_by or {}
+    columns = ["run_id", "name", "status", *spec.config_keys, "seed", "error", "finished_as", "taken_over_by"]
     rows = [
         [
             r.run_id,
@@ -356,6 +367,7 @@ def failed_frame(
             r.seed,
             (r.tags.get("error") or "").splitlines()[0] if r.tags.get("error") else "",
             finished_as.get(r.run_id),
+            taken_over_by.get(r.run_id),
         ]
         for r in records
     ]

@@ -112,7 +112,7 @@ def text_tables(comp: Comparison, *, sep: str = "; ") -> list[TextTable]:
             )
         )
     if len(unresolved := comp.unresolved):
-        listed = unresolved.drop(columns=["run_id", "finished_as"]).fillna("").astype(str)
+        listed = unresolved.drop(columns=["run_id", "finished_as", "taken_over_by"]).fillna("").astype(str)
         tables.append(TextTable("runs that did not finish (not in the aggregates)", listed))
     return tables
 

@@ -291,7 +291,9 @@ def _summary_lines(runs: SuiteRuns, comp: Comparison) -> list[str]:
         f"profile: {runs.profile or 'all'}",
         *([comp.paper_caveat] if comp.paper_caveat else []),
         f"finished runs: {len(runs.finished)}; did not finish: {len(runs.unfinished)}"
-        + (f" ({len(runs.finished_as)} of them run again to the end)" if runs.finished_as else ""),
+        + (f" ({len(runs.finished_as)} of them run again to the end)" if runs.finished_as else "")
+        + (f" ({len(set(runs.taken_over_by) - set(runs.finished_as))} more taken over by a later run)"
+           if set(runs.taken_over_by) - set(runs.finished_as) else ""),
         f"generated: {datetime.now(timezone.utc).strftime('%Y-%m-%d %H:%M UTC')}",
     ]
 

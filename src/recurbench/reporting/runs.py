@@ -27,7 +27,8 @@ Two choices decide which runs a comparison sees, and both are made here, once:
 Runs that did not finish (FAILED, KILLED, still RUNNING) never enter an aggregate; they are returned
 separately so that a table can list them, each ended one with the finished run that now stands for
 its configuration and seed at the same settings, if any (``SuiteRuns.finished_as``: a seed that was
-run again to the end). A run left RUNNING by a driver killed outright stays RUNNING until the next
+run again to the end), or, failing one, the newest later run of its configuration and seed at the same params
+(``SuiteRuns.taken_over_by``: a run that continued it from its checkpoint, or started it again). A run left RUNNING by a driver killed outright stays RUNNING until the next
 ``run`` of its configuration and seed ends it FAILED (:func:`recurbench.suites.runner.end_stale_runs`);
 reading never changes the store.
 """
@@ -36,7 +37,7 @@ from __future__ import annotations
 
 import os
 import tempfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -80,6 +81,11 @@ class SuiteRuns:
     """Ended unfinished run (FAILED, KILLED) id -> the finished run that counts for its
     configuration and seed, at the same settings (the seed was run again to the end, by a later run or
     an earlier one)."""
+    taken_over_by: dict[str, str] = field(default_factory=dict)
+    """Ended unfinished run id -> the newest run started after it with its configuration, seed and
+    params, whatever that run's status: one that continued it from its checkpoint (tag ``resumed_from``,
+    :mod:`recurbench.suites.checkpoints`) or started it again. The attempt is history, so a table does
+    not list it."""
     superseded: int = 0
     """Finished runs dropped because a later run of the same configuration and seed exists."""
     other_settings: int = 0
@@ -219,11 +225,32 @@ def load_runs(
         finished=finished[::-1],  # oldest first reads naturally in tables and legends
         unfinished=unfinished,
         finished_as=choice.finished_as(unfinished, seen),
+        taken_over_by=taken_over_by(nested, choice.config_of),
         superseded=superseded,
         other_settings=other_settings,
         latest_parent_id=parents[0].run_id if parents else None,
         notes=notes,
     )
+
+
+def taken_over_by(records: Sequence[RunRecord], config_of: Callable[[RunRecord], tuple[Any, ...]]
+                  ) -> dict[str, str]:
+    """Ended (FAILED, KILLED) run id -> the newest run started after it with the same configuration
+    (``config_of``), seed and params: the run that continued it from its checkpoint (which carries the
+    same params) or started it again. A run without a seed is its own configuration."""
+    newest: dict[tuple[Any, ...], RunRecord] = {}
+    for r in records:
+        if r.seed is not None:
+            key = (*config_of(r), r.seed, tuple(sorted(r.params.items())))
+            if key not in newest or r.start_time > newest[key].start_time:
+                newest[key] = r
+    out: dict[str, str] = {}
+    for r in records:
+        if r.status in ("FAILED", "KILLED") and r.seed is not None:
+            last = newest[(*config_of(r), r.seed, tuple(sorted(r.params.items())))]
+            if last.start_time > r.start_time:
+                out[r.run_id] = last.run_id
+    return out
 
 
 def _read_experiment(suite: str, experiment: str | None, tracking_uri: str | None
