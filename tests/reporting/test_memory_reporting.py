@@ -119,3 +119,51 @@ def test_gradient_figure_keeps_eight_cores_apart():
     # Two curves (a run's own figure): the legend stays in the panel.
     fig = gradient_figure([("copy, T = 500", {"at initialisation": [1.0, 0.5], "after training": [1.0, 0.1]}, 1)], "one run")
     assert fig.axes[0].get_legend() is not None and not fig.legends
+
+
+def test_table5_layout_shows_how_far_an_unfinished_cell_got(tmp_path):
+    """A cell that no run finished shows its unfinished run's last held-out evaluation and its update,
+    running or stopped; an earlier attempt of the same configuration that a later one took over is
+    neither in the cell nor listed; a cell with a finished run shows that run alone."""
+    from recurbench.tracking import standard_tags
+
+    tracker = MlflowTracker(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    tracker.client.create_experiment(experiment_name("memory"), artifact_location=(tmp_path / "a").as_uri())
+    params = {"training.updates": 200000, "seed": 0}
+
+    def attempt(T, model, *, evaluations=(), metrics=None):
+        tags = standard_tags(suite="memory", profile="table5", seed=0, task="copy", T=T, model=model, nu="-", rho="-")
+        try:
+            with tracker.run(f"copy-T{T}-{model}-s0", experiment=experiment_name("memory"), parent=parent, tags=tags) as run:
+                run.log_params(params)
+                for update, accuracy in evaluations:
+                    run.log_metrics({"eval_accuracy": accuracy, "eval_update": float(update)}, step=update)
+                if metrics is None:
+                    raise KeyboardInterrupt
+                run.log_metrics(metrics)
+        except KeyboardInterrupt:
+            pass
+
+    with tracker.run("memory-table5", experiment=experiment_name("memory"),
+                     tags=standard_tags(suite="memory", profile="table5", role="parent")) as parent:
+        attempt(100, "lstm", metrics={"accuracy": 0.41, "train_accuracy": 0.4, "updates": 200000.0, "solved": 0.0})
+        attempt(200, "sab", evaluations=[(500, 0.1), (1000, 0.2)])  # stopped; then continued below
+        attempt(200, "sab", evaluations=[(500, 0.1), (1000, 0.2), (1500, 0.9613)])
+        attempt(500, "lstm", evaluations=[(500, 0.125)])
+        attempt(500, "rellstm")  # stopped before its first evaluation
+
+    comp = compare("memory", tracking_uri=tracker.tracking_uri)
+    ((_, table),) = comp.tables
+    cells = table.set_index("T")
+    assert list(cells.index) == [100, 200, 500]
+    assert cells.loc[200, "SAB"] == "0.961 at 1,500\n(stopped)\npaper 1.00"
+    assert cells.loc[500, "LSTM"] == "0.125 at 500\n(stopped)\npaper 0.12"
+    assert cells.loc[500, "RelLSTM"] == "no evaluation yet\n(stopped)\npaper 1.00"
+    assert cells.loc[100, "LSTM"] == "0.410 (n=1)\n200,000 updates\npaper 1.00"
+    assert cells.loc[100, "SAB"] == "—\npaper 1.00"
+    assert any("a cell that no run finished shows the last held-out evaluation" in n for n in comp.notes)
+    listed = comp.unresolved.set_index("name")
+    assert sorted(listed.index) == ["copy-T200-sab-s0", "copy-T500-lstm-s0", "copy-T500-rellstm-s0"]
+    assert listed.loc["copy-T200-sab-s0", "last_eval_update"] == 1500
+    text = render(comp, "markdown").split("runs that did not finish")[1]
+    assert "1,500" in text and "0.961" in text  # how far the listed runs got, formatted

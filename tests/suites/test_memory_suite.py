@@ -214,6 +214,8 @@ def test_a_run_stops_once_solved_and_logs_when(tmp_path):
     evaluations = run.metrics["eval_accuracy"]
     assert [s for s, _ in evaluations] == list(range(25, int(metrics["solved_at"]) + 1, 25))
     assert min(v for _, v in evaluations[-2:]) >= 0.99
+    # Each evaluation's update beside it, so that a run read back mid-way (latest values) says how far it got.
+    assert run.metrics["eval_update"] == [(s, float(s)) for s, _ in evaluations]
     assert run.metrics["loss"][-1][0] == metrics["solved_at"]  # the last log window closes at the stop
     header, rows = MemorySuite().summary_rows(result.outcomes)
     assert rows[0][header.index("budget")] == f"solved at {int(metrics['solved_at']):,}"

@@ -53,6 +53,9 @@ class SuiteLayout:
     metrics: dict[str, str]
     """Logged metric name -> name in the comparison (LTSF's ``test_mse`` is the paper's ``mse``)."""
     integer_keys: tuple[str, ...] = ()
+    progress: dict[str, tuple[str, str]] = field(default_factory=dict)
+    """Logged metric name -> column of :attr:`Comparison.failed` and its format in a table: how far a
+    run that did not finish got (its latest value; NaN where it logged none)."""
 
 
 LAYOUTS: dict[str, SuiteLayout] = {
@@ -69,6 +72,7 @@ LAYOUTS: dict[str, SuiteLayout] = {
         ("task", "T", "model", "nu", "rho"),
         {"accuracy": "accuracy", "train_accuracy": "train_accuracy", "updates": "updates", "solved_at": "solved_at"},
         ("T",),
+        {"eval_accuracy": ("last_eval_accuracy", ".3f"), "eval_update": ("last_eval_update", ",.0f")},
     ),
 }
 
@@ -91,7 +95,7 @@ class Comparison:
     settings, or None: :attr:`recurbench.reporting.runs.SuiteRuns.finished_as`), ``taken_over_by``
     (the newest later run of its configuration, seed and params: one that continued it from its
     checkpoint or started it again; None where there is none:
-    :attr:`recurbench.reporting.runs.SuiteRuns.taken_over_by`)."""
+    :attr:`recurbench.reporting.runs.SuiteRuns.taken_over_by`), then the layout's ``progress`` columns."""
     wins: pd.DataFrame | None = None
     """LTSF: per RSA pair, cells where RSA ≤ baseline, ours and the paper's (on our cells and on all)."""
     aggregate: pd.DataFrame | None = None
@@ -357,7 +361,8 @@ def failed_frame(
     taken_over_by: Mapping[str, str] | None = None,
 ) -> pd.DataFrame:
     finished_as, taken_over_by = finished_as or {}, taken_over_by or {}
-    columns = ["run_id", "name", "status", *spec.config_keys, "seed", "error", "finished_as", "taken_over_by"]
+    columns = ["run_id", "name", "status", *spec.config_keys, "seed", "error", "finished_as", "taken_over_by",
+               *(column for column, _ in spec.progress.values())]
     rows = [
         [
             r.run_id,
@@ -368,6 +373,7 @@ def failed_frame(
             (r.tags.get("error") or "").splitlines()[0] if r.tags.get("error") else "",
             finished_as.get(r.run_id),
             taken_over_by.get(r.run_id),
+            *(r.metrics.get(logged, math.nan) for logged in spec.progress),
         ]
         for r in records
     ]

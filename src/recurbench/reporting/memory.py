@@ -100,10 +100,16 @@ def memory_complete(comp: Comparison, reference: str, frame: pd.DataFrame | None
         "seeds; its budget is 200,000 updates (the reference code's)."
     )
     if frame is not None:
-        for task in _order(frame["task"], TASK_ORDER):
-            table, chosen = table5_layout(frame[frame["task"] == task], with_paper=reference == "paper" and task == "copy")
+        for task in _order([*frame["task"], *comp.unresolved["task"].dropna()], TASK_ORDER):
+            unfinished = comp.unresolved[comp.unresolved["task"] == task]
+            table, chosen = table5_layout(frame[frame["task"] == task], with_paper=reference == "paper" and task == "copy",
+                                          unfinished=unfinished)
             what = "beside Kerg et al.'s Table 5" if reference == "paper" and task == "copy" else "in Table 5's layout"
             comp.tables.append((f"{task}: held-out accuracy per model and T, with the updates behind it, {what}", table))
+            if len(unfinished):
+                comp.notes.append(f"{task}, Table 5's layout: a cell that no run finished shows the last held-out "
+                                  "evaluation of its run that did not finish and the update it was made at "
+                                  "(running: at work now; stopped: ended, to be continued by --skip-finished)")
             if chosen:
                 comp.notes.append(f"{task}, Table 5's layout: where a model ran at several nu / rho at one T (a kappa "
                                   f"sweep), its cell is the setting it ran at the most T: {', '.join(chosen)}")
@@ -119,21 +125,42 @@ def _cell_text(runs: pd.DataFrame) -> str:
     return format_cell(s, reference=False, sep="") + ("" if budget == "-" else f"\n{budget}")
 
 
-def table5_layout(frame: pd.DataFrame, *, with_paper: bool) -> tuple[pd.DataFrame, list[str]]:
+def _unfinished_text(runs: pd.DataFrame) -> str:
+    """A cell that no run finished: how far its runs that did not finish got (their last held-out
+    evaluation and its update) and whether they are at work now (``running``) or ended (``stopped``)."""
+    if len(runs) == 1:
+        r = runs.iloc[0]
+        state = "running" if r["status"] == "RUNNING" else "stopped"
+        if math.isnan(r["last_eval_accuracy"]):
+            return f"no evaluation yet\n({state})"
+        at = ", last evaluation" if math.isnan(r["last_eval_update"]) else f" at {int(r['last_eval_update']):,}"
+        return f"{r['last_eval_accuracy']:.3f}{at}\n({state})"
+    accuracy = runs["last_eval_accuracy"].dropna()
+    seen = f", last evaluations {accuracy.min():.3f}-{accuracy.max():.3f}" if len(accuracy) else ""
+    return f"{len(runs)} runs not finished{seen}"
+
+
+def table5_layout(frame: pd.DataFrame, *, with_paper: bool, unfinished: pd.DataFrame | None = None
+                  ) -> tuple[pd.DataFrame, list[str]]:
     """One task's runs (:func:`recurbench.reporting.compare.runs_frame`, with ``updates`` and
     ``solved_at``) as Table 5 is laid out: a row per T, a column per model (Table 5's seven first,
     named as there, every one of them ``with_paper``; then the others). A cell: our held-out accuracy
     over seeds, ``solved at N`` or the updates run, and the paper's cell. Where a model ran at several
     nu / rho at one T, the cell is the setting it ran at the most T (then the most runs); the second
-    value names those choices (``relrnn: nu=10, rho=10``)."""
+    value names those choices (``relrnn: nu=10, rho=10``). A cell that no run finished shows the runs of
+    ``unfinished`` (:attr:`recurbench.reporting.compare.Comparison.unresolved`) there: how far they got."""
+    if unfinished is None or unfinished.empty:
+        unfinished = pd.DataFrame(columns=["T", "model", "status", "last_eval_accuracy", "last_eval_update"])
+    unfinished = unfinished.assign(T=pd.to_numeric(unfinished["T"], errors="coerce")).dropna(subset=["T"])
+    unfinished = unfinished.astype({"T": int})
     frame = frame.assign(_setting=list(zip(frame["nu"].astype(str), frame["rho"].astype(str), strict=True)))
     paper = {(r.T, r.model): r.paper_text for r in kerg_table5_reference().itertuples()}
-    present = set(frame["model"])
+    present = set(frame["model"]) | set(unfinished["model"])
     models = [m for m in CORE_ORDER if m in present or (with_paper and m in KERG_TABLE5_COLUMNS)]
     models += sorted(present - set(models))
     chosen: list[str] = []
     columns: dict[str, list[str]] = {}
-    lengths = sorted(set(frame["T"]))
+    lengths = sorted(set(frame["T"]) | set(unfinished["T"]))
     for model in models:
         runs = frame[frame["model"] == model]
         reach = runs.groupby("_setting")["T"].nunique().to_dict()
@@ -145,7 +172,9 @@ def table5_layout(frame: pd.DataFrame, *, with_paper: bool) -> tuple[pd.DataFram
             settings = sorted(set(here["_setting"]), key=lambda st: (-reach[st], -size[st], st))
             if len(settings) > 1:
                 chosen.append(f"{model} at T = {T}: nu={settings[0][0]}, rho={settings[0][1]}")
-            ours = _cell_text(here[here["_setting"] == settings[0]]) if settings else MISSING
+            waiting = unfinished[(unfinished["model"] == model) & (unfinished["T"] == T)]
+            ours = (_cell_text(here[here["_setting"] == settings[0]]) if settings
+                    else _unfinished_text(waiting) if len(waiting) else MISSING)
             column.append(ours + (f"\npaper {paper.get((T, model), MISSING)}" if with_paper else ""))
         columns[name if name.lower() == model else f"{name} ({model})"] = column
     return pd.DataFrame({"T": lengths, **columns}), chosen

@@ -15,7 +15,7 @@ import pandas as pd
 from rich.markup import escape
 
 from recurbench.errors import ConfigError
-from recurbench.reporting.compare import Comparison
+from recurbench.reporting.compare import Comparison, layout
 from recurbench.tables import FittedTable
 
 FORMATS = ("table", "markdown", "csv", "latex")
@@ -112,7 +112,10 @@ def text_tables(comp: Comparison, *, sep: str = "; ") -> list[TextTable]:
             )
         )
     if len(unresolved := comp.unresolved):
-        listed = unresolved.drop(columns=["run_id", "finished_as", "taken_over_by"]).fillna("").astype(str)
+        listed = unresolved.drop(columns=["run_id", "finished_as", "taken_over_by"])
+        for column, fmt in layout(comp.suite).progress.values():  # how far each got; blank if not logged
+            listed[column] = ["" if v is None or math.isnan(v) else format(v, fmt) for v in listed[column]]
+        listed = listed.fillna("").astype(str)
         tables.append(TextTable("runs that did not finish (not in the aggregates)", listed))
     return tables
 

@@ -25,7 +25,8 @@ and logs, per run:
 * per log window (step = updates): ``loss`` (training loss) and ``train_accuracy`` (training-batch
   accuracy at the scored steps), the reference code's logged values;
 * per evaluation during training (``training.eval_every``; step = updates): ``eval_accuracy``
-  (held-out); two in a row at ``training.solve_threshold`` stop the run;
+  (held-out; two in a row at ``training.solve_threshold`` stop the run) and ``eval_update`` (its update,
+  so that a run read back mid-way, its latest values only, says how far it got: ``compare`` shows it);
 * at the end: ``accuracy`` (held-out), ``final_loss``, ``grad_first_init`` / ``grad_first_final``
   (mean ``||dL2/dh_t||`` over the c data steps, at initialisation and after training),
   ``grad_ratio_init`` / ``grad_ratio_final`` (the norm at t = 1 over the norm at t = T, 1-based: the
@@ -436,7 +437,7 @@ def _train(plan: RunPlan, job: MemoryJob, task: MemoryTask, run: RunHandle, prog
         run.log_metrics({"loss": point.loss, "train_accuracy": point.accuracy}, step=point.update)
 
     def on_eval(update: int, accuracy: float) -> None:
-        run.log_metrics({"eval_accuracy": accuracy}, step=update)
+        run.log_metrics({"eval_accuracy": accuracy, "eval_update": float(update)}, step=update)
 
     def on_checkpoint(state: TrainingState) -> None:
         writer.save(state.update, state.to_bytes())
