@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import math
+from contextlib import contextmanager
 
 import pandas as pd
 import pytest
@@ -444,22 +445,38 @@ def test_runs_on_a_data_file_other_than_the_registered_one_are_named(tmp_path):
     assert cell(apart, "mse", model="informer", data_sha256="aaa")["mean"] == pytest.approx(0.60)
 
 
-def test_unfinished_runs_whose_seed_finished_elsewhere_are_not_listed(tmp_path):
-    """A killed or failed run whose configuration and seed has a finished run at the same settings (a
-    seed run again to the end, before or after) is kept in ``failed`` with that run's id, but not
-    listed; one at other settings, with no finished run of its seed, or running now is still listed."""
-    from recurbench.tracking import MlflowTracker, experiment_name, standard_tags
+class _LtsfAttempts:
+    """An LTSF store of informer-ETTh1-24 attempts, each a nested run opened inside :meth:`parent`:
+    finished with an MSE, or failed (a RuntimeError naming it); ``ids`` by label."""
 
-    tracker = MlflowTracker(f"sqlite:///{tmp_path / 'mlflow.db'}")
-    tracker.client.create_experiment(experiment_name("ltsf"), artifact_location=(tmp_path / "a").as_uri())
-    ids: dict[str, str] = {}
+    def __init__(self, tmp_path):
+        from recurbench.tracking import MlflowTracker, experiment_name
 
-    def attempt(label, seed, *, seq_len=96, mse=None):
-        tags = standard_tags(suite="ltsf", profile="quick", seed=seed, dataset="ETTh1", horizon=24, model="informer")
+        self.tracker = MlflowTracker(f"sqlite:///{tmp_path / 'mlflow.db'}")
+        self.experiment = experiment_name("ltsf")
+        self.tracker.client.create_experiment(self.experiment, artifact_location=(tmp_path / "a").as_uri())
+        self.ids: dict[str, str] = {}
+        self._parent = None
+
+    @staticmethod
+    def tags(**tags):
+        from recurbench.tracking import standard_tags
+
+        return standard_tags(suite="ltsf", profile="quick", **tags)
+
+    @contextmanager
+    def parent(self):
+        with self.tracker.run("ltsf-quick", experiment=self.experiment, tags=self.tags(role="parent")) as run:
+            self._parent = run
+            yield run
+        self._parent = None
+
+    def attempt(self, label, seed, *, seq_len=96, mse=None, extra_tags=None):
+        tags = {**self.tags(seed=seed, dataset="ETTh1", horizon=24, model="informer"), **(extra_tags or {})}
         try:
-            with tracker.run(f"informer-ETTh1-24-s{seed}", experiment=experiment_name("ltsf"), parent=parent,
-                             tags=tags) as run:
-                ids[label] = run.run_id
+            with self.tracker.run(f"informer-ETTh1-24-s{seed}", experiment=self.experiment, parent=self._parent,
+                                  tags=tags) as run:
+                self.ids[label] = run.run_id
                 run.log_params({"seq_len": seq_len, "seed": seed})
                 if mse is None:
                     raise RuntimeError(label)
@@ -467,18 +484,37 @@ def test_unfinished_runs_whose_seed_finished_elsewhere_are_not_listed(tmp_path):
         except RuntimeError:
             pass
 
-    with tracker.run("ltsf-quick", experiment=experiment_name("ltsf"),
-                     tags=standard_tags(suite="ltsf", profile="quick", role="parent")) as parent:
-        attempt("s0 failed", 0)
-        attempt("s0 finished", 0, mse=0.6)
-        attempt("s1 finished", 1, mse=0.7)
-        attempt("s1 failed after it", 1)
-        attempt("s1 failed at other settings", 1, seq_len=48)
-        attempt("s2 failed", 2)
+    def attempts(self, *specs):
+        """``(label, seed[, keywords of attempt])`` each, in order, under one parent run."""
+        with self.parent():
+            for label, seed, *rest in specs:
+                self.attempt(label, seed, **(rest[0] if rest else {}))
 
+    @staticmethod
+    def column(comp, name):
+        """``comp.failed``'s column ``name`` by run id (None where empty)."""
+        return {r: v if isinstance(v, str) else None for r, v in zip(comp.failed["run_id"], comp.failed[name], strict=True)}
+
+    @contextmanager
+    def live(self, seed):
+        """A run of ``seed`` at work (RUNNING) for the block's length."""
+        with self.parent() as parent, self.tracker.run(
+                f"informer-ETTh1-24-s{seed}", experiment=self.experiment, parent=parent,
+                tags=self.tags(seed=seed, dataset="ETTh1", horizon=24, model="informer")) as run:
+            run.log_params({"seq_len": 96, "seed": seed})
+            yield run
+
+
+def test_unfinished_runs_whose_seed_finished_elsewhere_are_not_listed(tmp_path):
+    """A killed or failed run whose configuration and seed has a finished run at the same settings (a
+    seed run again to the end, before or after) is kept in ``failed`` with that run's id, but not
+    listed; one at other settings, with no finished run of its seed, or running now is still listed."""
+    store = _LtsfAttempts(tmp_path)
+    tracker, ids = store.tracker, store.ids
+    store.attempts(("s0 failed", 0), ("s0 finished", 0, {"mse": 0.6}), ("s1 finished", 1, {"mse": 0.7}),
+                   ("s1 failed after it", 1), ("s1 failed at other settings", 1, {"seq_len": 48}), ("s2 failed", 2))
     comp = compare("ltsf", tracking_uri=tracker.tracking_uri)
-    finished_as = {r: f if isinstance(f, str) else None for r, f in zip(comp.failed["run_id"], comp.failed["finished_as"], strict=True)}
-    assert finished_as == {
+    assert store.column(comp, "finished_as") == {
         ids["s0 failed"]: ids["s0 finished"],
         ids["s1 failed after it"]: ids["s1 finished"],
         ids["s1 failed at other settings"]: None,
@@ -490,12 +526,7 @@ def test_unfinished_runs_whose_seed_finished_elsewhere_are_not_listed(tmp_path):
     assert note.startswith("2 run(s) that did not finish are not listed")
     assert f"({ids['s0 failed'][:8]}: finished as {ids['s0 finished'][:8]})" in note
     # A run at work now is listed even where its seed has finished before (someone runs it again).
-    with tracker.run("ltsf-quick", experiment=experiment_name("ltsf"),
-                     tags=standard_tags(suite="ltsf", profile="quick", role="parent")) as parent, \
-            tracker.run("informer-ETTh1-24-s0", experiment=experiment_name("ltsf"), parent=parent,
-                        tags=standard_tags(suite="ltsf", profile="quick", seed=0, dataset="ETTh1", horizon=24,
-                                           model="informer")) as live:
-        live.log_params({"seq_len": 96, "seed": 0})
+    with store.live(0) as live:
         assert live.run_id in set(compare("ltsf", tracking_uri=tracker.tracking_uri).unresolved["run_id"])
     listed = render(comp, "markdown").split("runs that did not finish")[1].split("\n\n*")[0]  # the table, not the notes
     assert listed.count("informer-ETTh1-24-s") == 2
@@ -508,40 +539,13 @@ def test_an_unfinished_run_taken_over_by_a_later_attempt_is_not_listed(tmp_path)
     params (continued from its checkpoint, or from the start), whatever that later run's status, is
     history: ``failed`` names the newest attempt in ``taken_over_by`` and the table lists only it. An
     attempt at other params, or with no later attempt, is still listed."""
-    from recurbench.tracking import MlflowTracker, experiment_name, standard_tags
-
-    tracker = MlflowTracker(f"sqlite:///{tmp_path / 'mlflow.db'}")
-    tracker.client.create_experiment(experiment_name("ltsf"), artifact_location=(tmp_path / "a").as_uri())
-    ids: dict[str, str] = {}
-
-    def attempt(label, seed, *, seq_len=96, extra_tags=None):
-        tags = standard_tags(suite="ltsf", profile="quick", seed=seed, dataset="ETTh1", horizon=24, model="informer")
-        try:
-            with tracker.run(f"informer-ETTh1-24-s{seed}", experiment=experiment_name("ltsf"), parent=parent,
-                             tags={**tags, **(extra_tags or {})}) as run:
-                ids[label] = run.run_id
-                run.log_params({"seq_len": seq_len, "seed": seed})
-                raise RuntimeError(label)
-        except RuntimeError:
-            pass
-
-    with tracker.run("ltsf-quick", experiment=experiment_name("ltsf"),
-                     tags=standard_tags(suite="ltsf", profile="quick", role="parent")) as parent:
-        with tracker.run("informer-ETTh1-24-s9", experiment=experiment_name("ltsf"), parent=parent,
-                         tags=standard_tags(suite="ltsf", profile="quick", seed=9, dataset="ETTh1", horizon=24,
-                                            model="informer")) as done:
-            done.log_params({"seq_len": 96, "seed": 9})
-            done.log_metrics({"test_mse": 0.5, "test_mae": 0.5})
-        attempt("s0 first", 0)
-        attempt("s0 second", 0, extra_tags={"resumed_from": "x"})
-        attempt("s0 third", 0)
-        attempt("s1 at 96", 1)
-        attempt("s1 at 48", 1, seq_len=48)
-        attempt("s2 alone", 2)
-
+    store = _LtsfAttempts(tmp_path)
+    tracker, ids = store.tracker, store.ids
+    store.attempts(("s9 finished", 9, {"mse": 0.5}), ("s0 first", 0),
+                   ("s0 second", 0, {"extra_tags": {"resumed_from": "x"}}), ("s0 third", 0), ("s1 at 96", 1),
+                   ("s1 at 48", 1, {"seq_len": 48}), ("s2 alone", 2))
     comp = compare("ltsf", tracking_uri=tracker.tracking_uri)
-    taken = {r: t if isinstance(t, str) else None for r, t in zip(comp.failed["run_id"], comp.failed["taken_over_by"], strict=True)}
-    assert taken == {
+    assert store.column(comp, "taken_over_by") == {
         ids["s0 first"]: ids["s0 third"],
         ids["s0 second"]: ids["s0 third"],
         ids["s0 third"]: None,
@@ -557,11 +561,6 @@ def test_an_unfinished_run_taken_over_by_a_later_attempt_is_not_listed(tmp_path)
     assert "RuntimeError: s0 third" in listed
     assert "RuntimeError: s0 first" not in listed and "RuntimeError: s0 second" not in listed
     # A run at work now takes over the ended attempts before it, and is listed itself.
-    with tracker.run("ltsf-quick", experiment=experiment_name("ltsf"),
-                     tags=standard_tags(suite="ltsf", profile="quick", role="parent")) as parent, \
-            tracker.run("informer-ETTh1-24-s2", experiment=experiment_name("ltsf"), parent=parent,
-                        tags=standard_tags(suite="ltsf", profile="quick", seed=2, dataset="ETTh1", horizon=24,
-                                           model="informer")) as live:
-        live.log_params({"seq_len": 96, "seed": 2})
+    with store.live(2) as live:
         now = compare("ltsf", tracking_uri=tracker.tracking_uri)
         assert ids["s2 alone"] not in set(now.unresolved["run_id"]) and live.run_id in set(now.unresolved["run_id"])
