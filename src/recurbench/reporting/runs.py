@@ -27,8 +27,9 @@ Two choices decide which runs a comparison sees, and both are made here, once:
 Runs that did not finish (FAILED, KILLED, still RUNNING) never enter an aggregate; they are returned
 separately so that a table can list them, each ended one with the finished run that now stands for
 its configuration and seed at the same settings, if any (``SuiteRuns.finished_as``: a seed that was
-run again to the end), or, failing one, the newest later run of its configuration and seed at the same params
-(``SuiteRuns.taken_over_by``: a run that continued it from its checkpoint, or started it again). A run left RUNNING by a driver killed outright stays RUNNING until the next
+run again to the end), and the newest later run of its configuration and seed at the same params, if
+any (``SuiteRuns.taken_over_by``: a run that continued it from its checkpoint, or started it again).
+A run left RUNNING by a driver killed outright stays RUNNING until the next
 ``run`` of its configuration and seed ends it FAILED (:func:`recurbench.suites.runner.end_stale_runs`);
 reading never changes the store.
 """
@@ -237,7 +238,7 @@ def taken_over_by(records: Sequence[RunRecord], config_of: Callable[[RunRecord],
                   ) -> dict[str, str]:
     """Ended (FAILED, KILLED) run id -> the newest run started after it with the same configuration
     (``config_of``), seed and params: the run that continued it from its checkpoint (which carries the
-    same params) or started it again. A run without a seed is its own configuration."""
+    same params) or started it again. A run without a seed is never taken over."""
     newest: dict[tuple[Any, ...], RunRecord] = {}
     for r in records:
         if r.seed is not None:
