@@ -12,7 +12,10 @@
   a killed invocation. Database storages run Optuna's heartbeat (``heartbeat_interval``): the driver
   waits until such a trial's heartbeat is older than ``grace_period`` and fails it with
   :func:`optuna.storages.fail_stale_trials`, whose :class:`~optuna.storages.RetryFailedTrialCallback`
-  enqueues its parameters again (up to ``max_retry`` times). The journal storage has no heartbeat: the
+  enqueues its parameters again (up to ``max_retry`` times). Optuna's heartbeat thread records its
+  first beat asynchronously, and a trial killed before it has none, which Optuna never counts as stale:
+  so each trial records one itself before anything else runs (:func:`_trial_fn`), and a trial killed
+  inside the objective, however soon, is always recovered. The journal storage has no heartbeat: the
   driver fails such a trial through :meth:`optuna.Study.tell` and calls the same retry callback.
 * The sampler is seeded with ``seed``, the worker's number and the number of trials the study already
   holds, so that a resumed study does not replay its start-up proposals.
@@ -178,10 +181,12 @@ def make_storage(
         raise ConfigError(f"cannot open Optuna storage {url!r}: {first}") from None
 
 
-def load_study(spec: StudySpec, direction: str, worker: int = 0) -> optuna.Study:
-    """Create or load the study. The sampler's seed mixes ``spec.seed``, the worker and how many
-    trials the study holds already: a seeded sampler started again would replay its start-up trials."""
-    storage = make_storage(spec.storage, spec.max_retry, spec.heartbeat_interval, spec.grace_period)
+def load_study(spec: StudySpec, direction: str, worker: int = 0,
+               storage: optuna.storages.BaseStorage | None = None) -> optuna.Study:
+    """Create or load the study (through ``storage``, default: :func:`make_storage` of the spec's). The
+    sampler's seed mixes ``spec.seed``, the worker and how many trials the study holds already: a seeded
+    sampler started again would replay its start-up trials."""
+    storage = storage or make_storage(spec.storage, spec.max_retry, spec.heartbeat_interval, spec.grace_period)
     study = optuna.create_study(study_name=spec.study_name, storage=storage, direction=direction, load_if_exists=True)
     held = len(study.get_trials(deepcopy=False))
     with _experimental_api():
@@ -219,10 +224,16 @@ def recover_stale_trials(study: optuna.Study, spec: StudySpec, poll_s: float = 1
     return stale
 
 
-def _trial_fn(objective: Objective, tracker: Tracker, parent_id: str, tags: dict[str, str]) -> Callable[[optuna.Trial], float]:
+def _trial_fn(objective: Objective, tracker: Tracker, parent_id: str, tags: dict[str, str],
+              heartbeat: RDBStorage | None = None) -> Callable[[optuna.Trial], float]:
+    """The function ``study.optimize`` calls per trial: a nested MLflow run around ``objective``.
+    ``heartbeat``: the study's database storage, whose heartbeat the trial records at once (see the
+    module docstring: a trial with no beat at all would never be recovered)."""
     experiment = experiment_name(objective.suite)
 
     def run_trial(trial: optuna.Trial) -> float:
+        if heartbeat is not None:
+            heartbeat.record_heartbeat(trial._trial_id)  # the storage API names trials by id, not number
         pruned: optuna.TrialPruned | None = None
         with tracker.run(
             f"trial-{trial.number}", experiment=experiment, parent=parent_id,
@@ -258,12 +269,14 @@ def study_worker(spec: StudySpec, objective: Objective, parent_id: str, worker: 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     if (device := task_device(None)) is not None and hasattr(objective, "device"):
         objective = dataclasses.replace(objective, device=device)  # type: ignore[type-var]
-    study = load_study(spec, objective.direction, worker)
+    storage = make_storage(spec.storage, spec.max_retry, spec.heartbeat_interval, spec.grace_period)
+    study = load_study(spec, objective.direction, worker, storage)
     if len(study.get_trials(deepcopy=False, states=FINISHED)) >= spec.n_trials:
         return 0
     before = len(study.get_trials(deepcopy=False))
     study.optimize(
-        _trial_fn(objective, tracker, parent_id, {**spec.tags, "worker": str(worker)}),
+        _trial_fn(objective, tracker, parent_id, {**spec.tags, "worker": str(worker)},
+                  heartbeat=storage if isinstance(storage, RDBStorage) and storage.heartbeat_interval else None),
         timeout=spec.timeout,
         callbacks=[MaxTrialsCallback(spec.n_trials, states=(*FINISHED, TrialState.RUNNING)), _say_trial],
         catch=(),
