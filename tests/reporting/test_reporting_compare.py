@@ -471,13 +471,13 @@ class _LtsfAttempts:
             yield run
         self._parent = None
 
-    def attempt(self, label, seed, *, seq_len=96, mse=None, extra_tags=None):
+    def attempt(self, label, seed, *, seq_len=96, mse=None, extra_tags=None, extra_params=None):
         tags = {**self.tags(seed=seed, dataset="ETTh1", horizon=24, model="informer"), **(extra_tags or {})}
         try:
             with self.tracker.run(f"informer-ETTh1-24-s{seed}", experiment=self.experiment, parent=self._parent,
                                   tags=tags) as run:
                 self.ids[label] = run.run_id
-                run.log_params({"seq_len": seq_len, "seed": seed})
+                run.log_params({"seq_len": seq_len, "seed": seed, **(extra_params or {})})
                 if mse is None:
                     raise RuntimeError(label)
                 run.log_metrics({"test_mse": mse, "test_mae": mse})
@@ -536,13 +536,15 @@ def test_unfinished_runs_whose_seed_finished_elsewhere_are_not_listed(tmp_path):
 
 def test_an_unfinished_run_taken_over_by_a_later_attempt_is_not_listed(tmp_path):
     """An ended run (FAILED, KILLED) whose configuration and seed was started again later with the same
-    params (continued from its checkpoint, or from the start), whatever that later run's status, is
+    params, execution params aside (continued from its checkpoint, or from the start), whatever that later run's status, is
     history: ``failed`` names the newest attempt in ``taken_over_by`` and the table lists only it. An
     attempt at other params, or with no later attempt, is still listed."""
     store = _LtsfAttempts(tmp_path)
     tracker, ids = store.tracker, store.ids
+    # "s0 first" logged no checkpoint interval (an older version): an execution param, not a setting.
     store.attempts(("s9 finished", 9, {"mse": 0.5}), ("s0 first", 0),
-                   ("s0 second", 0, {"extra_tags": {"resumed_from": "x"}}), ("s0 third", 0), ("s1 at 96", 1),
+                   ("s0 second", 0, {"extra_tags": {"resumed_from": "x"}, "extra_params": {"checkpoint_every": 500}}),
+                   ("s0 third", 0, {"extra_params": {"checkpoint_every": 500}}), ("s1 at 96", 1),
                    ("s1 at 48", 1, {"seq_len": 48}), ("s2 alone", 2))
     comp = compare("ltsf", tracking_uri=tracker.tracking_uri)
     assert store.column(comp, "taken_over_by") == {

@@ -48,6 +48,7 @@ import pandas as pd
 
 from recurbench.errors import ConfigError, RecurbenchError
 from recurbench.records import (
+    EXECUTION_PARAMS,
     RunRecord,
     has_settings,
     lacks_a_param_of_its_sections,
@@ -237,18 +238,21 @@ def load_runs(
 def taken_over_by(records: Sequence[RunRecord], config_of: Callable[[RunRecord], tuple[Any, ...]]
                   ) -> dict[str, str]:
     """Ended (FAILED, KILLED) run id -> the newest run started after it with the same configuration
-    (``config_of``), seed and params: the run that continued it from its checkpoint (which carries the
-    same params) or started it again. A run without a seed is never taken over."""
+    (``config_of``), seed and params (execution params aside: :data:`recurbench.records.EXECUTION_PARAMS`):
+    the run that continued it from its checkpoint (which carries the same params) or started it again. A
+    run without a seed is never taken over."""
+    def key(r: RunRecord) -> tuple[Any, ...]:
+        settings = sorted((k, v) for k, v in r.params.items() if k not in EXECUTION_PARAMS)
+        return (*config_of(r), r.seed, tuple(settings))
+
     newest: dict[tuple[Any, ...], RunRecord] = {}
     for r in records:
-        if r.seed is not None:
-            key = (*config_of(r), r.seed, tuple(sorted(r.params.items())))
-            if key not in newest or r.start_time > newest[key].start_time:
-                newest[key] = r
+        if r.seed is not None and ((k := key(r)) not in newest or r.start_time > newest[k].start_time):
+            newest[k] = r
     out: dict[str, str] = {}
     for r in records:
         if r.status in ("FAILED", "KILLED") and r.seed is not None:
-            last = newest[(*config_of(r), r.seed, tuple(sorted(r.params.items())))]
+            last = newest[key(r)]
             if last.start_time > r.start_time:
                 out[r.run_id] = last.run_id
     return out
