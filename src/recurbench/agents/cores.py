@@ -53,6 +53,7 @@ from recurbench.agents.recurrent_init import (
     ModReLU,
     check_nonlinearity,
     check_scheme,
+    init_lstm_gates,
     initialise,
     make_nonlinearity,
     skew_start,
@@ -146,11 +147,13 @@ class MemoryCore(nn.Module, ABC):
 
 
 class LSTMCore(MemoryCore):
-    """The LSTM baseline (state ``(h, c)``)."""
+    """The LSTM baseline (state ``(h, c)``); ``gate_init``: how its gates start, ``pytorch``
+    (``nn.LSTMCell``'s) or ``xavier`` (the reference code's, :func:`~recurbench.agents.recurrent_init.init_lstm_gates`)."""
 
-    def __init__(self, input_size: int, hidden_size: int) -> None:
+    def __init__(self, input_size: int, hidden_size: int, *, gate_init: str = "pytorch") -> None:
         super().__init__(input_size, hidden_size)
         self.lstm = nn.LSTMCell(input_size, hidden_size)
+        init_lstm_gates(self.lstm, gate_init)
 
     def initial_state(self, batch: int, device: torch.device | str = "cpu") -> State:
         zeros = torch.zeros(batch, self.hidden_size, device=device)
@@ -359,11 +362,14 @@ class AttentiveCore(MemoryCore):
 
 class AttentiveLSTMCore(AttentiveCore):
     """LSTM + additive attention over a short-term buffer (``nu``) and a relevant set (``rho``):
-    MemLSTM and RelLSTM. The LSTM's gates read ``[s_t, x_t]`` in place of ``[h_{t-1}, x_t]``."""
+    MemLSTM and RelLSTM. The LSTM's gates read ``[s_t, x_t]`` in place of ``[h_{t-1}, x_t]`` and start
+    by ``gate_init`` (as :class:`LSTMCore`'s)."""
 
-    def __init__(self, input_size: int, hidden_size: int, *, nu: int, rho: int, attention_size: int = 64) -> None:
+    def __init__(self, input_size: int, hidden_size: int, *, nu: int, rho: int, attention_size: int = 64,
+                 gate_init: str = "pytorch") -> None:
         super().__init__(input_size, hidden_size)
         self.lstm = nn.LSTMCell(input_size, hidden_size)
+        init_lstm_gates(self.lstm, gate_init)
         self.cell_state_size = hidden_size
         self._init_attention(nu, rho, attention_size)
 
@@ -421,8 +427,10 @@ class EpisodeMemLSTMCore(AttentiveLSTMCore):
 
     MIN_SLOTS = 16
 
-    def __init__(self, input_size: int, hidden_size: int, *, max_window: int, attention_size: int = 64) -> None:
-        super().__init__(input_size, hidden_size, nu=max_window, rho=0, attention_size=attention_size)
+    def __init__(self, input_size: int, hidden_size: int, *, max_window: int, attention_size: int = 64,
+                 gate_init: str = "pytorch") -> None:
+        super().__init__(input_size, hidden_size, nu=max_window, rho=0, attention_size=attention_size,
+                         gate_init=gate_init)
 
     @property
     def max_window(self) -> int:
@@ -474,13 +482,14 @@ class SABCore(MemoryCore):
     compilable = False
 
     def __init__(self, input_size: int, hidden_size: int, *, topk: int = 10, truncate: int = 10,
-                 memory_stride: int = 2, attention_size: int = 64) -> None:
+                 memory_stride: int = 2, attention_size: int = 64, gate_init: str = "pytorch") -> None:
         super().__init__(input_size, hidden_size)
         for key, value in (("topk", topk), ("truncate", truncate), ("memory_stride", memory_stride)):
             if value < 1:
                 raise ConfigError(f"{key}: must be at least 1, got {value}")
         self.topk, self.truncate, self.memory_stride, self.attention_size = topk, truncate, memory_stride, attention_size
         self.lstm = nn.LSTMCell(input_size, hidden_size)
+        init_lstm_gates(self.lstm, gate_init)
         self.query = nn.Linear(hidden_size, attention_size)
         self.key = nn.Linear(hidden_size, attention_size, bias=False)
         self.v = nn.Parameter(torch.empty(attention_size).uniform_(-attention_size**-0.5, attention_size**-0.5))
@@ -550,23 +559,26 @@ def resize_slots(state: State, slots: int) -> State:
     return (*head, *memory)
 
 
-def _lstm(input_size: int, hidden_size: int, **_: int) -> MemoryCore:
-    return LSTMCore(input_size, hidden_size)
+def _lstm(input_size: int, hidden_size: int, *, gate_init: str = "pytorch", **_: object) -> MemoryCore:
+    return LSTMCore(input_size, hidden_size, gate_init=gate_init)
 
 
 def _memlstm(input_size: int, hidden_size: int, *, attention_size: int = 64, memory_window: int = 256,
-             **_: int) -> MemoryCore:
-    return AttentiveLSTMCore(input_size, hidden_size, nu=memory_window, rho=0, attention_size=attention_size)
+             gate_init: str = "pytorch", **_: object) -> MemoryCore:
+    return AttentiveLSTMCore(input_size, hidden_size, nu=memory_window, rho=0, attention_size=attention_size,
+                             gate_init=gate_init)
 
 
 def _episode_memlstm(input_size: int, hidden_size: int, *, attention_size: int = 64, memory_window: int = 256,
-                     **_: int) -> MemoryCore:
-    return EpisodeMemLSTMCore(input_size, hidden_size, max_window=memory_window, attention_size=attention_size)
+                     gate_init: str = "pytorch", **_: object) -> MemoryCore:
+    return EpisodeMemLSTMCore(input_size, hidden_size, max_window=memory_window, attention_size=attention_size,
+                              gate_init=gate_init)
 
 
 def _rellstm(input_size: int, hidden_size: int, *, attention_size: int = 64, nu: int = 5, rho: int = 5,
-             **_: int) -> MemoryCore:
-    return AttentiveLSTMCore(input_size, hidden_size, nu=nu, rho=rho, attention_size=attention_size)
+             gate_init: str = "pytorch", **_: object) -> MemoryCore:
+    return AttentiveLSTMCore(input_size, hidden_size, nu=nu, rho=rho, attention_size=attention_size,
+                             gate_init=gate_init)
 
 
 def _rnn(input_size: int, hidden_size: int, *, nonlinearity: str = "modrelu", recurrent_init: str = "henaff",
@@ -598,9 +610,9 @@ def _relrnn(input_size: int, hidden_size: int, *, attention_size: int = 64, nu: 
 
 
 def _sab(input_size: int, hidden_size: int, *, attention_size: int = 64, topk: int = 10, truncate: int = 10,
-         memory_stride: int = 2, **_: object) -> MemoryCore:
+         memory_stride: int = 2, gate_init: str = "pytorch", **_: object) -> MemoryCore:
     return SABCore(input_size, hidden_size, topk=topk, truncate=truncate, memory_stride=memory_stride,
-                   attention_size=attention_size)
+                   attention_size=attention_size, gate_init=gate_init)
 
 
 @dataclass(frozen=True)

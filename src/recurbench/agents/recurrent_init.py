@@ -15,6 +15,12 @@ Non-orthogonal schemes: ``xavier`` (Xavier-normal) and ``kaiming`` (Kaiming-norm
 a matrix that must stay orthogonal (expRNN) and :func:`check_scheme` refuses that, as it refuses an
 orthogonal scheme for a matrix that is not square.
 
+LSTM gates (``gate_init``, the LSTM-family cores): ``pytorch`` leaves ``nn.LSTMCell``'s own start
+(every weight and both biases ``U(-1/sqrt(H), 1/sqrt(H))``); ``xavier`` is the reference code's
+``LSTM.py``, whose gates are ``nn.Linear(H + I, H)`` layers over ``[h, x]``, each weight Xavier-normal
+(``std = sqrt(2 / (2H + I))``) and each bias ``nn.Linear``'s default ``U(-1/sqrt(H + I), 1/sqrt(H + I))``,
+one bias per gate (:func:`init_lstm_gates`).
+
 Non-linearities: ``tanh``, ``relu`` and ``modrelu`` (Arjovsky et al. 2016): ``modReLU(z) = sign(z)
 relu(|z| + b)`` with a learned bias ``b`` per unit, initialised ``U(-0.01, 0.01)``. (The reference code's
 ``relu`` option silently applies none; ``relu`` here is a ReLU.)
@@ -33,6 +39,7 @@ from recurbench.errors import ConfigError
 ORTHOGONAL_SCHEMES = ("henaff", "cayley", "random", "identity")
 SCHEMES = (*ORTHOGONAL_SCHEMES, "xavier", "kaiming")
 NONLINEARITIES = ("tanh", "relu", "modrelu")
+GATE_INITS = ("pytorch", "xavier")
 
 
 def check_scheme(key: str, scheme: str, rows: int, cols: int, *, orthogonal: bool = False) -> None:
@@ -50,6 +57,30 @@ def check_scheme_name(key: str, scheme: str) -> None:
     """Refuse (naming ``key``) a scheme that is not one of :data:`SCHEMES`."""
     if scheme not in SCHEMES:
         raise ConfigError(f"{key}: unknown initialisation {scheme!r}; known: {', '.join(SCHEMES)}")
+
+
+def check_gate_init(key: str, scheme: str) -> None:
+    """Refuse (naming ``key``) an LSTM gate initialisation that is not one of :data:`GATE_INITS`."""
+    if scheme not in GATE_INITS:
+        raise ConfigError(f"{key}: unknown LSTM gate initialisation {scheme!r}; known: {', '.join(GATE_INITS)}")
+
+
+def init_lstm_gates(cell: nn.LSTMCell, scheme: str, generator: torch.Generator | None = None) -> None:
+    """Start ``cell``'s gates by ``scheme`` (in place): ``pytorch`` keeps them, ``xavier`` draws them as
+    the reference code's ``LSTM.py`` does (module docstring). ``nn.LSTMCell`` adds two biases; the
+    reference has one per gate, so ``bias_hh`` starts at 0."""
+    check_gate_init("gate_init", scheme)
+    if scheme == "pytorch":
+        return
+    hidden, inputs = cell.hidden_size, cell.input_size
+    bound = 1 / math.sqrt(hidden + inputs)
+    with torch.no_grad():
+        # Xavier-normal of one gate's [H, H + I] weight: std sqrt(2 / (fan_in + fan_out)); every gate alike.
+        std = math.sqrt(2.0 / (2 * hidden + inputs))
+        cell.weight_ih.normal_(0.0, std, generator=generator)
+        cell.weight_hh.normal_(0.0, std, generator=generator)
+        cell.bias_ih.uniform_(-bound, bound, generator=generator)
+        cell.bias_hh.zero_()
 
 
 def check_nonlinearity(key: str, name: str) -> None:

@@ -49,11 +49,16 @@ from recurbench.agents.cores import (
     State,
     make_core,
 )
-from recurbench.agents.recurrent_init import check_nonlinearity, check_scheme, check_scheme_name
+from recurbench.agents.recurrent_init import (
+    check_gate_init,
+    check_nonlinearity,
+    check_scheme,
+    check_scheme_name,
+)
 from recurbench.errors import ConfigError
 
 SHARED_CORE_SETTINGS = ("attention_size", "nu", "rho", "memory_window", "nonlinearity", "recurrent_init",
-                        "input_init", "topk", "truncate", "memory_stride")
+                        "input_init", "topk", "truncate", "memory_stride", "gate_init")
 """The settings of :class:`SequenceModelConfig` every core is handed (each reads those its ``__init__`` names)."""
 
 
@@ -92,6 +97,10 @@ class SequenceModelConfig:
         SAB: the recurrent state is detached every ``truncate`` steps (truncated backpropagation).
     memory_stride : int
         SAB: every ``memory_stride``-th state is stored.
+    gate_init : str
+        LSTM-family cores (``lstm``, ``memlstm``, ``rellstm``, ``sab``): how the gates start, ``pytorch``
+        (``nn.LSTMCell``'s) or ``xavier`` (the reference code's ``LSTM.py``; see
+        :func:`recurbench.agents.recurrent_init.init_lstm_gates`).
     core_settings : dict
         A plugin core's own settings (the memory suite's ``plugin_settings``), handed to it over the
         shared ones above; empty for the built-ins.
@@ -110,6 +119,7 @@ class SequenceModelConfig:
     topk: int = 10
     truncate: int = 10
     memory_stride: int = 2
+    gate_init: str = "pytorch"
     core_settings: dict[str, Any] = field(default_factory=dict, hash=False)
 
     def check(self, where: str = "model") -> None:
@@ -129,6 +139,7 @@ class SequenceModelConfig:
         check_scheme(f"{where}.recurrent_init", self.recurrent_init, self.hidden_size, self.hidden_size,
                      orthogonal=self.core == "exprnn")
         check_scheme_name(f"{where}.input_init", self.input_init)  # its shape: check_sequence
+        check_gate_init(f"{where}.gate_init", self.gate_init)
 
     def check_sequence(self, seq_len: int, where: str = "model", *, vocab_size: int | None = None) -> None:
         """Refuse settings that cannot work on sequences of ``seq_len`` steps (SAB's k, truncation and

@@ -123,6 +123,7 @@ class ModelSettings(StrictModel):
     topk: PositiveInt = 10
     truncate: PositiveInt = 10
     memory_stride: PositiveInt = 2
+    gate_init: str = "pytorch"
 
 
 class TrainingSettings(StrictModel):
@@ -319,14 +320,14 @@ def _training(profile: MemoryProfile, core: str, task: str) -> MemoryTrainConfig
 #: ``embedding_dim`` (and, for :data:`RNN_FAMILY`, the nonlinearity and initialisations): a run logs
 #: only these (an LSTM's run does not change with nu). A core not listed (a plugin) logs them all.
 CORE_SETTINGS: dict[str, tuple[str, ...]] = {
-    "lstm": (),
-    "memlstm": ("attention_size", "memory_window"),
-    "rellstm": ("attention_size", "nu", "rho"),
+    "lstm": ("gate_init",),
+    "memlstm": ("attention_size", "memory_window", "gate_init"),
+    "rellstm": ("attention_size", "nu", "rho", "gate_init"),
     "rnn": (),
     "exprnn": (),
     "memrnn": ("attention_size", "memory_window"),
     "relrnn": ("attention_size", "nu", "rho"),
-    "sab": ("attention_size", "topk", "truncate", "memory_stride"),
+    "sab": ("attention_size", "topk", "truncate", "memory_stride", "gate_init"),
 }
 _RNN_SETTINGS = ("nonlinearity", "recurrent_init", "input_init")
 
@@ -503,9 +504,10 @@ class MemorySuite(SuiteDefinition):
         return out
 
     def param_defaults(self) -> dict[str, str]:
-        """The task's and training's defaults, as the runs log them."""
+        """The task's, training's and network's defaults (``network.gate_init``: the LSTM-family cores
+        logged none before it was added), as the runs log them."""
 
-        defaults = {"task_settings": TaskSettings().model_dump(),
+        defaults = {"task_settings": TaskSettings().model_dump(), "network": {"gate_init": ModelSettings().gate_init},
                     "training": {k: v for k, v in _training_params(MemoryTrainConfig()).items() if k != "updates"}}
         return logged_settings(defaults)
 
