@@ -128,3 +128,41 @@ def test_sab_truncation_cuts_the_recurrent_path_but_not_the_memory():
 def test_sab_is_refused_as_an_agent_core():
     with pytest.raises(ConfigError, match="memory core 'sab' cannot drive an agent: its memory grows"):
         make_core("sab", 6, 8, agent=True)
+
+
+class _ReferenceGates(torch.nn.Module):
+    """The reference code's LSTM gates (``LSTM.py``): four ``nn.Linear(H + I, H)`` over ``[h, x]``,
+    each weight drawn by ``nn.init.xavier_normal_``, each bias left at ``nn.Linear``'s default."""
+
+    def __init__(self, input_size: int, hidden_size: int) -> None:
+        super().__init__()
+        self.gates = torch.nn.ModuleList(torch.nn.Linear(input_size + hidden_size, hidden_size) for _ in range(4))
+        for gate in self.gates:
+            torch.nn.init.xavier_normal_(gate.weight)
+
+
+@pytest.mark.parametrize("core", ["lstm", "memlstm", "rellstm", "sab"])
+def test_xavier_gate_init_draws_the_reference_lstms_start(core):
+    """``gate_init = xavier`` draws each gate's weight over ``[h, x]`` as the reference's Xavier-normal
+    does and one bias per gate as its ``nn.Linear``; ``pytorch`` keeps ``nn.LSTMCell``'s, which differs."""
+    hidden, inputs = 128, 10
+    torch.manual_seed(0)
+    cell = make_core(core, inputs, hidden, gate_init="xavier").lstm.requires_grad_(False)
+    ours = torch.cat([cell.weight_hh, cell.weight_ih], dim=1).detach()  # [4H, H + I], the reference's [h, x] order
+    reference = _ReferenceGates(inputs, hidden)
+    theirs = torch.cat([g.weight for g in reference.gates]).detach()
+    assert float(ours.std()) == pytest.approx(float(theirs.std()), rel=0.02)  # 141,312 draws each: ~0.3 %
+    assert abs(float(ours.mean())) < 1e-3
+    assert bool((cell.bias_hh == 0).all())  # one bias per gate, as the reference has
+    theirs_bias = torch.cat([g.bias for g in reference.gates]).detach()
+    assert float(cell.bias_ih.abs().max()) <= 1 / math.sqrt(hidden + inputs) and float(theirs_bias.abs().max()) <= 1 / math.sqrt(hidden + inputs)
+    assert float(cell.bias_ih.std()) == pytest.approx(float(theirs_bias.std()), rel=0.15)  # 512 draws
+    torch.manual_seed(0)
+    default = make_core(core, inputs, hidden).lstm.requires_grad_(False)
+    assert float(default.weight_hh.std()) == pytest.approx(1 / math.sqrt(3 * hidden), rel=0.02)  # U(-1/sqrt(H), 1/sqrt(H))
+    assert float(default.weight_hh.std()) < 0.7 * float(theirs.std())
+
+
+def test_an_unknown_gate_init_is_refused_naming_the_key():
+    with pytest.raises(ConfigError, match=r"^gate_init: unknown LSTM gate initialisation 'orthogonal'; known: pytorch, xavier$"):
+        make_core("rellstm", 10, 16, gate_init="orthogonal")

@@ -58,7 +58,7 @@ def test_shipped_profiles():
     assert {p.tags["sweep"] for p in plans if p.tags["T"] != "100" or p.tags["model"] != "rellstm"} == {"-"}
     assert next(p for p in plans if p.name == "copy-T100-memlstm-nu120-rho0-s0").tags["rho"] == "0"
     assert next(p for p in plans if p.name == "copy-T100-lstm-s0").params["network"] == {
-        "hidden_size": 128, "embedding_dim": "none"}  # nu / rho are not an LSTM's settings
+        "hidden_size": 128, "embedding_dim": "none", "gate_init": "pytorch"}  # nu / rho are not an LSTM's settings
     _, paper = load_profile("memory", "paper")
     paper_plans = suite.plan(paper, {}, data_dir=None)
     assert max(int(p.tags["T"]) for p in paper_plans) == 2000
@@ -105,6 +105,8 @@ def test_shipped_settings_are_what_plan_logs():
         ({"per_model": {"rnn": {"model": {"nonlinearity": "sigmoid"}}}, "models": ["rnn"]}, {},
          r"^per_model\.rnn\.model\.nonlinearity: unknown non-linearity 'sigmoid'"),
         ({"model": {"recurrent_init": "orthogonal"}, "models": ["lstm", "rnn"]}, {}, r"^model\.recurrent_init: "),
+        ({"per_model": {"lstm": {"model": {"gate_init": "orthogonal"}}}}, {},
+         r"^per_model\.lstm\.model\.gate_init: unknown LSTM gate initialisation 'orthogonal'"),
         ({"models_by_length": {5: ["lstm"]}}, {}, r"profiles\.tiny\.models_by_length\.5: T = 5 is not one of lengths \[3\]"),
         ({"models_by_length": {3: ["rnn"]}}, {}, r"profiles\.tiny\.models_by_length\.3\.0: 'rnn' is not one of models"),
         # SAB at T = 3 (L = 7 steps, every 2nd state stored: 3): its k, or its stride, longer than that.
@@ -152,6 +154,14 @@ def test_a_tiny_run_learns_copy_and_logs_everything(tmp_path):
     other = run_suite("memory", "tiny", tracker, config_path=_write(tmp_path, TINY), skip_finished=True,
                       dry_run=True, overrides=["training.updates=100"])
     assert other.outcomes[0].status == "PLANNED"
+    # A run logged before gate_init was (the param absent) trained at its default, pytorch: found at
+    # that setting (MemorySuite.param_defaults), run again at xavier.
+    del run.params["network.gate_init"]
+    older = run_suite("memory", "tiny", tracker, config_path=_write(tmp_path, TINY), skip_finished=True)
+    assert older.outcomes[0].reused and older.outcomes[0].metrics == outcome.metrics
+    xavier = run_suite("memory", "tiny", tracker, config_path=_write(tmp_path, TINY), skip_finished=True,
+                       dry_run=True, overrides=["model.gate_init=xavier"])
+    assert xavier.outcomes[0].status == "PLANNED"
 
 
 def test_per_model_settings_and_models_by_length(tmp_path):
@@ -171,6 +181,8 @@ def test_per_model_settings_and_models_by_length(tmp_path):
     assert exprnn["training"]["learning_rate"] == rnn["training"]["learning_rate"] == 0.03
     assert rnn["training"]["optimizer"] == "adam" and rnn["training"]["orth_learning_rate"] is None
     assert plans["copy-T3-exprnn-s0"].payload.training.orth_learning_rate == 2e-4
+    # The LSTM-family cores log their gate start; the RNNs, which have no gates, do not.
+    assert plans["copy-T3-lstm-s0"].params["network"]["gate_init"] == "pytorch" and "gate_init" not in rnn["network"]
 
 
 def test_table5_profile_is_the_paper_profile_narrowed():
