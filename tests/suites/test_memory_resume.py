@@ -6,9 +6,11 @@ naming the run and why."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import subprocess
 import sys
+from dataclasses import replace
 
 import pytest
 import torch
@@ -16,6 +18,7 @@ import yaml
 from typer.testing import CliRunner
 
 from recurbench.cli import app
+from recurbench.memory.training import TrainingState
 from recurbench.suites import checkpoints
 from recurbench.suites.runner import SuiteFailed, plan_key, run_suite
 from recurbench.tracking import MemoryTracker, owner_tags
@@ -200,6 +203,53 @@ def test_a_checkpoint_of_another_network_is_refused_and_the_run_starts_from_zero
     run = next(r for r in tracker.runs if r.run_id == outcome.run_id)
     assert run.tags["resume_refused"] == note and "resumed_from" not in run.tags
     _same_as_reference(outcome, run, reference)
+
+
+def _as_before_gate_init(dead) -> None:
+    """``dead`` as a version without ``model.gate_init`` left it: no ``network.gate_init`` param, and
+    checkpoints whose settings lack it (each manifest rewritten to fit its data)."""
+    del dead.params["network.gate_init"]
+    for slot in (0, 1):
+        state = TrainingState.from_bytes(dead.artifacts[f"checkpoints/slot-{slot}.ckpt"])
+        del state.settings["network"]["gate_init"]
+        data = state.to_bytes()
+        manifest = json.loads(dead.artifacts[f"checkpoints/slot-{slot}.json"])
+        manifest.update(bytes=len(data), sha256=hashlib.sha256(data).hexdigest())
+        dead.artifacts[f"checkpoints/slot-{slot}.ckpt"] = data
+        dead.artifacts[f"checkpoints/slot-{slot}.json"] = json.dumps(manifest).encode()
+
+
+def test_a_run_stored_before_gate_init_is_resumed_at_its_default(tmp_path, monkeypatch, reference):
+    # Its LSTM started at pytorch, this version's default: the plan at pytorch finds it by its key (the
+    # key of the plan an older version logged) and continues from its checkpoint, as if never stopped.
+    tracker = MemoryTracker()
+    config = _write(tmp_path)
+    dead = _killed_run(tracker, config, monkeypatch)
+    dead.status = "KILLED"
+    _as_before_gate_init(dead)
+    plan = run_suite("memory", "tiny", MemoryTracker(), config_path=config, dry_run=True).outcomes[0].plan
+    network = {k: v for k, v in plan.params["network"].items() if k != "gate_init"}
+    older = replace(plan, params={**plan.params, "network": network})
+    xavier = replace(plan, params={**plan.params, "network": {**network, "gate_init": "xavier"}})
+    assert plan_key("memory", "tiny", plan) == plan_key("memory", "tiny", older) != plan_key("memory", "tiny", xavier)
+    (outcome,) = run_suite("memory", "tiny", tracker, config_path=config, skip_finished=True).outcomes
+    assert (outcome.resumed_from, outcome.resumed_at, outcome.notes) == (dead.run_id, DIE_AT, [])
+    _same_as_reference(outcome, next(r for r in tracker.runs if r.run_id == outcome.run_id), reference)
+
+
+def test_a_checkpoint_from_before_gate_init_is_refused_at_xavier(tmp_path, monkeypatch):
+    # Its key copied over, so that only the settings it carries can tell: read at pytorch, not xavier.
+    tracker = MemoryTracker()
+    dead = _killed_run(tracker, _write(tmp_path), monkeypatch)
+    dead.status = "KILLED"
+    _as_before_gate_init(dead)
+    xavier = _write(tmp_path, {**TINY, "model": {**TINY["model"], "gate_init": "xavier"}}, "xavier.yaml")
+    plan = run_suite("memory", "tiny", MemoryTracker(), config_path=xavier, dry_run=True).outcomes[0].plan
+    dead.tags["plan_key"] = plan_key("memory", "tiny", plan)
+    (outcome,) = run_suite("memory", "tiny", tracker, config_path=xavier, skip_finished=True).outcomes
+    assert outcome.resumed_from is None and outcome.notes == [
+        f"copy-T3-lstm-s0: the checkpoint of run {dead.run_id} at step 120 was not used: written at other "
+        "settings: network.gate_init pytorch there, xavier here; started from the beginning"]
 
 
 def test_the_command_line_resumes_a_killed_run_in_an_mlflow_store(tmp_path, monkeypatch):

@@ -45,7 +45,7 @@ import math
 import pickle
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field, fields, replace
+from dataclasses import MISSING, asdict, dataclass, field, fields, replace
 from typing import Any, ClassVar
 
 import numpy as np
@@ -339,6 +339,15 @@ def resume_settings(task: MemoryTask, model_config: SequenceModelConfig, config:
             "network": asdict(model_config), "training": training, "seed": seed}
 
 
+def _setting_defaults() -> dict[str, Any]:
+    """The network and training settings of :func:`resume_settings` at their dataclass defaults, as
+    dotted keys (those without a default, the core's name, left out)."""
+    def own(cls: type) -> dict[str, Any]:
+        return {f.name: f.default for f in fields(cls) if f.default is not MISSING}
+
+    return flatten({"network": own(SequenceModelConfig), "training": own(MemoryTrainConfig)})
+
+
 @dataclass
 class TrainingState:
     """Everything :func:`train_memory_task` carries from one update to the next, after ``update``
@@ -398,8 +407,12 @@ class TrainingState:
 
     def check_fits(self, settings: dict[str, Any]) -> None:
         """Raise a :class:`CheckpointMismatch` naming the settings where this state's run differs from
-        ``settings`` (:func:`resume_settings` of the run to continue)."""
+        ``settings`` (:func:`resume_settings` of the run to continue). A network or training setting
+        that the checkpoint's version did not have is read at its default, the behaviour that version
+        had (a setting is added so): a checkpoint from before ``gate_init`` started at ``pytorch``."""
         there, here = flatten(self.settings), flatten(settings)
+        defaults = _setting_defaults()
+        there |= {k: defaults[k] for k in here.keys() - there.keys() if k in defaults}
         differ = [f"{k} {there.get(k, 'not set')} there, {here.get(k, 'not set')} here"
                   for k in sorted(there.keys() | here.keys()) if there.get(k) != here.get(k)]
         if differ:

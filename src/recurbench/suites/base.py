@@ -21,6 +21,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel
@@ -104,6 +105,12 @@ class SuiteDefinition(ABC):
     """The metrics :meth:`execute` returns (and logs): a stored run is reused only if it has them all."""
     execute_params: tuple[str, ...] = ()
     """Params :meth:`execute` logs beside the plan's (the data's window counts, say): any value matches."""
+    added_params: Mapping[str, str] = MappingProxyType({})
+    """Params added after runs were stored, as logged (dotted key -> text), each at the value that does
+    what the runs stored before it did. A plan logs them, but its key
+    (:func:`~recurbench.suites.runner.plan_key`, which finds a plan's runs) leaves one out at that value,
+    so a run stored before it is still found (its checkpoint resumed, a live one left to its driver);
+    :meth:`param_defaults` reads a run without one at that value."""
     resumable: bool = False
     """Whether a run can continue from a checkpoint (:mod:`recurbench.suites.checkpoints`): then
     :meth:`execute` also takes ``resume``, a :class:`~recurbench.suites.checkpoints.Checkpoint` or
@@ -161,8 +168,8 @@ class SuiteDefinition(ABC):
 
         A run logged by an older version lacks the settings added since; each was added with the old
         behaviour as its default, so comparisons read the missing param as this value (see
-        :func:`recurbench.records.settings_diff`). Default: none known."""
-        return {}
+        :func:`recurbench.records.settings_diff`). Default: :attr:`added_params`."""
+        return dict(self.added_params)
 
     def shipped_settings(self, profile: BaseModel) -> list[tuple[dict[str, str], dict[str, str | None]]]:
         """What a run of each configuration logs with ``profile`` as it stands: ``(tags, params)``

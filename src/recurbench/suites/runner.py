@@ -49,7 +49,7 @@ from recurbench.records import RunRecord, has_settings, logged_settings
 from recurbench.seeding import seed_everything
 from recurbench.suites.base import ProgressFn, RunOutcome, RunPlan, SuiteDefinition, SuiteResult
 from recurbench.suites.checkpoints import Checkpoint, find_checkpoint
-from recurbench.suites.registry import load_profile
+from recurbench.suites.registry import SUITES, load_profile
 from recurbench.tracking import (
     HOST_TAG,
     StoreUnreachable,
@@ -444,9 +444,12 @@ def end_named_runs(tracker: Tracker, run_ids: Sequence[str]) -> list[str]:
 
 def plan_key(suite: str, profile: str, plan: RunPlan) -> str:
     """A digest naming what a run of ``plan`` computes: suite, profile, configuration tags, seed and
-    every setting (as logged), so that the runs of one plan can be found in the store."""
-    what = {"suite": suite, "profile": profile, "tags": plan.tags, "seed": plan.seed,
-            "params": logged_settings(plan.params)}
+    every setting (as logged), so that the runs of one plan can be found in the store. A param the
+    suite added since (:attr:`SuiteDefinition.added_params`) is left out at the value the runs before
+    it had: their key is the key of the plan that does what they did."""
+    added = SUITES[suite].added_params if suite in SUITES else {}
+    params = {k: v for k, v in logged_settings(plan.params).items() if added.get(k) != v}
+    what = {"suite": suite, "profile": profile, "tags": plan.tags, "seed": plan.seed, "params": params}
     return hashlib.sha256(json.dumps(what, sort_keys=True).encode()).hexdigest()[:20]
 
 
