@@ -72,12 +72,9 @@ def logged_settings(params: Mapping[str, Any]) -> dict[str, str]:
 def has_settings(run: RunRecord, settings: Mapping[str, str | None], defaults: Mapping[str, str] | None = None) -> bool:
     """Whether ``run`` logged exactly ``settings`` (execution params aside): every key of
     ``settings`` at its value (``None``: any value), a key the run lacks read at its default in
-    ``defaults``, and no key of its own beyond them (a setting the suite no longer has) unless at its
-    default there (a run read with :func:`with_param_defaults` gains one that its configuration does
-    not log: an RNN's run, ``network.gate_init``)."""
+    ``defaults``, and no key of its own beyond them (a setting the suite no longer has)."""
     defaults = defaults or {}
-    beyond = run.params.keys() - EXECUTION_PARAMS - settings.keys()
-    if any(k not in defaults or run.params[k] != defaults[k] for k in beyond):
+    if not run.params.keys() - EXECUTION_PARAMS <= settings.keys():
         return False
     return all(
         want is None or run.params.get(k, defaults.get(k)) == want

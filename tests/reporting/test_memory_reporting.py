@@ -167,3 +167,26 @@ def test_table5_layout_shows_how_far_an_unfinished_cell_got(tmp_path):
     assert listed.loc["copy-T200-sab-s0", "last_eval_update"] == 1500
     text = render(comp, "markdown").split("runs that did not finish")[1]
     assert "1,500" in text and "0.961" in text  # how far the listed runs got, formatted
+
+
+def test_a_run_is_read_at_the_defaults_of_its_own_configuration(store, tmp_path):
+    # An RNN's run logs no network.gate_init (its core has no gates): read at the suite's defaults, it
+    # gains none (grouped by the param, it is left out, as a baseline by an RSA param), while an LSTM
+    # run from before gate_init (the param gone) reads it at pytorch.
+    import shutil
+    import sqlite3
+
+    uri, _ = store
+    copy = tmp_path / "mlflow.db"
+    shutil.copy(uri.removeprefix("sqlite:///"), copy)
+    with sqlite3.connect(copy) as db:
+        (older,) = db.execute("SELECT t.run_uuid FROM tags t JOIN params p ON p.run_uuid = t.run_uuid "
+                              "WHERE t.key = 'model' AND t.value = 'lstm' AND p.key = 'seed' AND p.value = '0'").fetchone()
+        db.execute("DELETE FROM params WHERE run_uuid = ? AND key = 'network.gate_init'", (older,))
+    comp = compare("memory", tracking_uri=f"sqlite:///{copy}", by=["task", "T", "model", "network.gate_init"])
+    cells = comp.cells[comp.cells["metric"] == "accuracy"]
+    shown = {(m, g): n for m, g, n in cells[["model", "network.gate_init", "n"]].values.tolist()}
+    assert shown[("lstm", "pytorch")] == 2 and shown[("rellstm", "pytorch")] == 4
+    assert shown.keys() == {("lstm", "pytorch"), ("rellstm", "pytorch")}
+    assert any("2 finished run(s) without the tag(s)" in note for note in comp.notes), comp.notes
+    assert not any("settings differ" in note for note in comp.notes), comp.notes

@@ -42,7 +42,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
@@ -65,6 +65,9 @@ from recurbench.tracking import (
     search_all_runs,
     sqlite_file,
 )
+
+if TYPE_CHECKING:
+    from recurbench.suites.base import SuiteDefinition
 
 
 @dataclass
@@ -152,11 +155,6 @@ def suite_shipped_settings(suite: str, profile: str) -> list[tuple[dict[str, str
     return definition.shipped_settings(cfg)
 
 
-def suite_param_defaults(suite: str) -> dict[str, str]:
-    """:meth:`~recurbench.suites.base.SuiteDefinition.param_defaults` of ``suite`` ({} if unknown)."""
-    return SUITES[suite]().param_defaults() if suite in SUITES else {}
-
-
 class _ShippedSettings:
     """Which runs have the settings their profile ships now (profiles read once, when first met)."""
 
@@ -208,7 +206,7 @@ def load_runs(
     # for the shipped settings; settings="newest" on a store of one version imports no suite.
     choice = _SettingsChoice(suite, config_keys)
     if lacks_a_param_of_its_sections(nested):
-        nested = [with_param_defaults(r, choice.defaults()) for r in nested]
+        nested = [with_param_defaults(r, choice.defaults_for(r)) for r in nested]
     notes: list[str] = []
     profile = _chosen_profile(name, profile, parents, nested, notes)
     if profile is not None:
@@ -306,11 +304,21 @@ class _SettingsChoice:
         self._defaults: dict[str, str] | None = None
         self.chosen: dict[tuple[Any, ...], tuple[RunRecord, str]] = {}
 
+    @cached_property
+    def _definition(self) -> SuiteDefinition | None:
+        """The suite's definition ({} defaults if unknown), imported the first time it is needed."""
+        return SUITES[self.suite]() if self.suite in SUITES else None
+
     def defaults(self) -> dict[str, str]:
-        """The suite's param defaults, read (the suites imported) the first time they are needed."""
+        """The suite's param defaults (:meth:`~recurbench.suites.base.SuiteDefinition.param_defaults`),
+        read the first time they are needed."""
         if self._defaults is None:
-            self._defaults = suite_param_defaults(self.suite)
+            self._defaults = self._definition.param_defaults() if self._definition is not None else {}
         return self._defaults
+
+    def defaults_for(self, run: RunRecord) -> dict[str, str]:
+        """The suite's param defaults for ``run``'s configuration: only the params a run of it logs."""
+        return self._definition.param_defaults(run.tags) if self._definition is not None else {}
 
     def config_of(self, r: RunRecord) -> tuple[Any, ...]:
         return tuple(r.tags.get(k, r.params.get(k)) for k in self.config_keys)

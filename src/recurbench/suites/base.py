@@ -163,13 +163,28 @@ class SuiteDefinition(ABC):
     ) -> dict[str, float]:
         """Run one plan on ``device``, logging to ``run``; returns its headline metrics."""
 
-    def param_defaults(self) -> dict[str, str]:
-        """The value each logged setting takes when a run does not log it, as dotted param keys.
+    def param_defaults(self, tags: Mapping[str, str] | None = None) -> dict[str, str]:
+        """The value each logged setting takes when a run does not log it, as dotted param keys:
+        :meth:`setting_defaults` and :attr:`added_params`.
 
         A run logged by an older version lacks the settings added since; each was added with the old
         behaviour as its default, so comparisons read the missing param as this value (see
-        :func:`recurbench.records.settings_diff`). Default: :attr:`added_params`."""
-        return dict(self.added_params)
+        :func:`recurbench.records.settings_diff`). With ``tags`` (a run's), only the params a run of that
+        configuration logs (:meth:`logs_param`): a run never gains a setting its configuration does not have."""
+        defaults = {**self.setting_defaults(), **self.added_params}
+        if tags is None:
+            return defaults
+        return {k: v for k, v in defaults.items() if self.logs_param(k, tags)}
+
+    def setting_defaults(self) -> dict[str, str]:
+        """The suite's own part of :meth:`param_defaults` (its config classes' defaults, as logged text;
+        :attr:`added_params` are merged in by :meth:`param_defaults`). Default: none."""
+        return {}
+
+    def logs_param(self, key: str, tags: Mapping[str, str]) -> bool:
+        """Whether a run with ``tags`` logs the param ``key`` at all (say, a memory run whose core has no
+        gates logs no ``network.gate_init``). Default: every run logs every setting."""
+        return True
 
     def shipped_settings(self, profile: BaseModel) -> list[tuple[dict[str, str], dict[str, str | None]]]:
         """What a run of each configuration logs with ``profile`` as it stands: ``(tags, params)``

@@ -231,7 +231,7 @@ class LangsSuite(SuiteDefinition):
                             logged_settings(params)))
         return out
 
-    def param_defaults(self) -> dict[str, str]:
+    def setting_defaults(self) -> dict[str, str]:
         """The network's and training's dataclass defaults, as the runs log them."""
 
         defaults = {"network": {f.name: f.default for f in fields(LangModelConfig) if f.name != "rem_k"},

@@ -370,7 +370,7 @@ class LTSFSuite(SuiteDefinition):
                     out.append(({"dataset": dataset, "horizon": str(horizon), "model": model}, logged))
         return out
 
-    def param_defaults(self) -> dict[str, str]:
+    def setting_defaults(self) -> dict[str, str]:
         """What a run that did not log a param under ``network.``, ``rsa.`` or ``training.`` used: the
         dataclass default, except where a setting arrived with a default other than the behaviour
         before it (:data:`_BEFORE_LOGGED`)."""

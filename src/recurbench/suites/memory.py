@@ -506,12 +506,18 @@ class MemorySuite(SuiteDefinition):
                     for tags, params, _ in configurations]
         return out
 
-    def param_defaults(self) -> dict[str, str]:
-        """The task's and training's defaults, as the runs log them, and :attr:`added_params`."""
+    def setting_defaults(self) -> dict[str, str]:
+        """The task's and training's defaults, as the runs log them."""
 
         defaults = {"task_settings": TaskSettings().model_dump(),
                     "training": {k: v for k, v in _training_params(MemoryTrainConfig()).items() if k != "updates"}}
-        return {**logged_settings(defaults), **self.added_params}
+        return logged_settings(defaults)
+
+    def logs_param(self, key: str, tags: Mapping[str, str]) -> bool:
+        """A ``network.`` param only where the run's core reads it (:data:`CORE_SETTINGS`): an RNN's
+        run has no ``network.gate_init``."""
+        section, _, name = key.partition(".")
+        return section != "network" or "model" not in tags or name in _used(tags["model"])
 
     # ------------------------------------------------------------------------------------------ run
 

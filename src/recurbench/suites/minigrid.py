@@ -210,7 +210,7 @@ class MinigridSuite(SuiteDefinition):
                 continue  # a plugin core with a setting the profile does not give: no run can have its settings
         return out
 
-    def param_defaults(self) -> dict[str, str]:
+    def setting_defaults(self) -> dict[str, str]:
         """PPO's and the core's default settings, as the runs log them: a run from before
         ``core_settings.mission`` was added saw the mission (``True``)."""
 
