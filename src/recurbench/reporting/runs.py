@@ -306,7 +306,7 @@ class _SettingsChoice:
 
     @cached_property
     def _definition(self) -> SuiteDefinition | None:
-        """The suite's definition ({} defaults if unknown), imported the first time it is needed."""
+        """The suite's definition (None for a suite not registered), imported the first time it is needed."""
         return SUITES[self.suite]() if self.suite in SUITES else None
 
     def defaults(self) -> dict[str, str]:
