@@ -73,12 +73,31 @@ def has_settings(run: RunRecord, settings: Mapping[str, str | None], defaults: M
     """Whether ``run`` logged exactly ``settings`` (execution params aside): every key of
     ``settings`` at its value (``None``: any value), a key the run lacks read at its default in
     ``defaults``, and no key of its own beyond them (a setting the suite no longer has)."""
+    return not settings_mismatches(run, settings, defaults)
+
+
+def settings_mismatches(
+    run: RunRecord, settings: Mapping[str, str | None], defaults: Mapping[str, str] | None = None
+) -> list[tuple[str, str | None, str | None]]:
+    """Where ``run`` lacks ``settings`` (:func:`has_settings`' rule), sorted by key: ``(key, the run's
+    value, the value wanted)``; the run's value is None where it did not log the key and ``defaults``
+    has none, the value wanted None for a key of the run's own beyond ``settings``."""
     defaults = defaults or {}
-    if not run.params.keys() - EXECUTION_PARAMS <= settings.keys():
-        return False
-    return all(
-        want is None or run.params.get(k, defaults.get(k)) == want
-        for k, want in settings.items() if k not in EXECUTION_PARAMS
+    beyond = [(k, run.params[k], None) for k in run.params.keys() - EXECUTION_PARAMS - settings.keys()]
+    differing = [
+        (k, run.params.get(k, defaults.get(k)), want) for k, want in settings.items()
+        if k not in EXECUTION_PARAMS and want is not None and run.params.get(k, defaults.get(k)) != want
+    ]
+    return sorted(beyond + differing)
+
+
+def shipped_settings_diff(run: RunRecord, settings: Mapping[str, str | None],
+                          defaults: Mapping[str, str] | None = None, *, label: str = "shipped") -> str:
+    """:func:`settings_mismatches` as :func:`settings_diff` words them (a key beyond ``settings`` as
+    ``(<label>: not a setting)``); empty when ``run`` has the settings."""
+    return _diff_text(
+        [(k, have, "not a setting" if want is None else want) for k, have, want in settings_mismatches(run, settings, defaults)],
+        label,
     )
 
 
@@ -96,16 +115,21 @@ def settings_diff(
     def value(r: RunRecord, key: str) -> str | None:
         return r.params.get(key, defaults.get(key))
 
-    def shown(r: RunRecord, key: str) -> str:
-        text = value(r, key)
-        return "not logged" if text is None else text
-
     keys = sorted(
         k for k in run.params.keys() | reference.params.keys()
         if k not in EXECUTION_PARAMS and value(run, k) != value(reference, k)
     )
-    parts = [f"{k} {shown(run, k)} ({label}: {shown(reference, k)})" for k in keys[:3]]
-    return ", ".join(parts) + (", ..." if len(keys) > 3 else "")
+    return _diff_text([(k, value(run, k), value(reference, k)) for k in keys], label)
+
+
+def _diff_text(differences: Sequence[tuple[str, str | None, str | None]], label: str) -> str:
+    """``"key value (<label>: value)"`` for the first three differences, comma-separated; a value
+    None reads "not logged"."""
+    def shown(text: str | None) -> str:
+        return "not logged" if text is None else text
+
+    parts = [f"{k} {shown(have)} ({label}: {shown(want)})" for k, have, want in differences[:3]]
+    return ", ".join(parts) + (", ..." if len(differences) > 3 else "")
 
 
 def with_param_defaults(run: RunRecord, defaults: Mapping[str, str]) -> RunRecord:

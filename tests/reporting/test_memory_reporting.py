@@ -124,18 +124,22 @@ def test_gradient_figure_keeps_eight_cores_apart():
 def test_table5_layout_shows_how_far_an_unfinished_cell_got(tmp_path):
     """A cell that no run finished shows its unfinished run's last held-out evaluation and its update,
     running or stopped; an earlier attempt of the same configuration that a later one took over is
-    neither in the cell nor listed; a cell with a finished run shows that run alone."""
+    neither in the cell nor listed; a cell with a finished run shows that run alone. A run at other
+    settings than the profile's (a --set probe) stands in for no cell, and the list says how its
+    settings differ."""
+    from recurbench.reporting.runs import suite_shipped_settings
     from recurbench.tracking import standard_tags
 
     tracker = MlflowTracker(f"sqlite:///{tmp_path / 'mlflow.db'}")
     tracker.client.create_experiment(experiment_name("memory"), artifact_location=(tmp_path / "a").as_uri())
-    params = {"training.updates": 200000, "seed": 0}
+    shipped = {(int(t["T"]), t["model"]): (t, p) for t, p in suite_shipped_settings("memory", "table5") if t["task"] == "copy"}
 
-    def attempt(T, model, *, evaluations=(), metrics=None):
-        tags = standard_tags(suite="memory", profile="table5", seed=0, task="copy", T=T, model=model, nu="-", rho="-")
+    def attempt(T, model, *, evaluations=(), metrics=None, **changed):
+        config, settings = shipped[(T, model)]
+        tags = standard_tags(suite="memory", profile="table5", seed=0, **config)
         try:
             with tracker.run(f"copy-T{T}-{model}-s0", experiment=experiment_name("memory"), parent=parent, tags=tags) as run:
-                run.log_params(params)
+                run.log_params({**settings, "seed": 0, **changed})
                 for update, accuracy in evaluations:
                     run.log_metrics({"eval_accuracy": accuracy, "eval_update": float(update)}, step=update)
                 if metrics is None:
@@ -147,6 +151,8 @@ def test_table5_layout_shows_how_far_an_unfinished_cell_got(tmp_path):
     with tracker.run("memory-table5", experiment=experiment_name("memory"),
                      tags=standard_tags(suite="memory", profile="table5", role="parent")) as parent:
         attempt(100, "lstm", metrics={"accuracy": 0.41, "train_accuracy": 0.4, "updates": 200000.0, "solved": 0.0})
+        attempt(100, "lstm", evaluations=[(500, 0.3)], **{"training.batch_size": 128})  # a stopped probe
+        attempt(100, "sab", evaluations=[(500, 0.5)], **{"training.learning_rate": 0.001})  # the only SAB run at T = 100
         attempt(200, "sab", evaluations=[(500, 0.1), (1000, 0.2)])  # stopped; then continued below
         attempt(200, "sab", evaluations=[(500, 0.1), (1000, 0.2), (1500, 0.9613)])
         attempt(500, "lstm", evaluations=[(500, 0.125)])
@@ -163,10 +169,15 @@ def test_table5_layout_shows_how_far_an_unfinished_cell_got(tmp_path):
     assert cells.loc[100, "SAB"] == "—\npaper 1.00"
     assert any("a cell that no run finished shows the last held-out evaluation" in n for n in comp.notes)
     listed = comp.unresolved.set_index("name")
-    assert sorted(listed.index) == ["copy-T200-sab-s0", "copy-T500-lstm-s0", "copy-T500-rellstm-s0"]
+    assert sorted(listed.index) == ["copy-T100-lstm-s0", "copy-T100-sab-s0", "copy-T200-sab-s0", "copy-T500-lstm-s0",
+                                    "copy-T500-rellstm-s0"]
     assert listed.loc["copy-T200-sab-s0", "last_eval_update"] == 1500
+    assert listed.loc["copy-T100-lstm-s0", "settings"] == "training.batch_size 128 (shipped: 10)"
+    assert listed.loc["copy-T100-sab-s0", "settings"] == "training.learning_rate 0.001 (shipped: 0.0002)"
+    assert (listed.drop(index=["copy-T100-lstm-s0", "copy-T100-sab-s0"])["settings"] == "").all()
     text = render(comp, "markdown").split("runs that did not finish")[1]
     assert "1,500" in text and "0.961" in text  # how far the listed runs got, formatted
+    assert "training.batch_size 128 (shipped: 10)" in text
 
 
 def test_a_run_is_read_at_the_defaults_of_its_own_configuration(store, tmp_path):

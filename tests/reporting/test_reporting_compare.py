@@ -411,6 +411,21 @@ def test_has_settings_reads_defaults_and_refuses_settings_the_suite_no_longer_ha
     assert not has_settings(wider, shipped) and not has_settings(wider, shipped, {"width": "3"})
 
 
+def test_shipped_settings_diff_says_what_has_settings_refuses():
+    from recurbench.records import shipped_settings_diff
+
+    shipped = {"seq_len": "96", "training.rsa_lr_factor": "1.0", "network.n_features": None}
+    assert shipped_settings_diff(_record(seq_len=96, **{"training.rsa_lr_factor": 1.0, "network.n_features": 7}, seed=3),
+                                 shipped) == ""
+    assert shipped_settings_diff(_record(seq_len=48, **{"training.rsa_lr_factor": 1.0, "network.n_features": 7}),
+                                 shipped) == "seq_len 48 (shipped: 96)"
+    older = _record(seq_len=96, **{"network.n_features": 7})
+    assert shipped_settings_diff(older, shipped, {"training.rsa_lr_factor": "1.0"}) == ""
+    assert shipped_settings_diff(older, shipped) == "training.rsa_lr_factor not logged (shipped: 1.0)"
+    wider = _record(seq_len=12, **{"training.rsa_lr_factor": 1.0, "network.n_features": 7, "width": 3})
+    assert shipped_settings_diff(wider, shipped, {"width": "3"}) == "seq_len 12 (shipped: 96), width 3 (shipped: not a setting)"
+
+
 def test_shipped_settings_are_what_the_suites_plan_and_log(data_dir):
     from recurbench.suites.registry import load_profile
 

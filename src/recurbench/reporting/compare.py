@@ -91,7 +91,8 @@ class Comparison:
     adds ``iqm``, ``iqm_lo``, ``iqm_hi`` (NaN below 3 seeds)."""
     failed: pd.DataFrame
     """Runs that did not finish: ``run_id``, ``name``, ``status``, config keys, ``seed``, ``error``,
-    ``finished_as`` (the finished run that counts for the same configuration and seed at the same
+    ``settings`` (how its settings differ from the ones shown for its configuration, "" where they
+    agree: :attr:`recurbench.reporting.runs.SuiteRuns.unfinished_settings`), ``finished_as`` (the finished run that counts for the same configuration and seed at the same
     settings, or None: :attr:`recurbench.reporting.runs.SuiteRuns.finished_as`), ``taken_over_by``
     (the newest later run of its configuration, seed and params: one that continued it from its
     checkpoint or started it again; None where there is none:
@@ -137,7 +138,7 @@ def compare_runs(runs: SuiteRuns, *, reference: str = "paper", by: Sequence[str]
     spec = layout(runs.suite)
     if by:
         check_unique(list(by), "key", "--by")
-    failed = failed_frame(runs.unfinished, spec, runs.finished_as, runs.taken_over_by)
+    failed = failed_frame(runs.unfinished, spec, runs.finished_as, runs.taken_over_by, runs.unfinished_settings)
     if not runs.finished:
         raise RecurbenchError(
             f"experiment {runs.experiment!r} has no finished runs"
@@ -358,11 +359,11 @@ def minigrid_aggregate(frame: pd.DataFrame) -> pd.DataFrame:
 
 def failed_frame(
     records: Sequence[RunRecord], spec: SuiteLayout, finished_as: Mapping[str, str] | None = None,
-    taken_over_by: Mapping[str, str] | None = None,
+    taken_over_by: Mapping[str, str] | None = None, settings: Mapping[str, str] | None = None,
 ) -> pd.DataFrame:
-    finished_as, taken_over_by = finished_as or {}, taken_over_by or {}
-    columns = ["run_id", "name", "status", *spec.config_keys, "seed", "error", "finished_as", "taken_over_by",
-               *(column for column, _ in spec.progress.values())]
+    finished_as, taken_over_by, settings = finished_as or {}, taken_over_by or {}, settings or {}
+    columns = ["run_id", "name", "status", *spec.config_keys, "seed", "error", "settings", "finished_as",
+               "taken_over_by", *(column for column, _ in spec.progress.values())]
     rows = [
         [
             r.run_id,
@@ -371,6 +372,7 @@ def failed_frame(
             *(r.tags.get(k) for k in spec.config_keys),
             r.seed,
             (r.tags.get("error") or "").splitlines()[0] if r.tags.get("error") else "",
+            settings.get(r.run_id, ""),
             finished_as.get(r.run_id),
             taken_over_by.get(r.run_id),
             *(r.metrics.get(logged, math.nan) for logged in spec.progress),

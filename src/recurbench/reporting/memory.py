@@ -100,13 +100,16 @@ def memory_complete(comp: Comparison, reference: str, frame: pd.DataFrame | None
         "seeds; its budget is 200,000 updates (the reference code's)."
     )
     if frame is not None:
-        for task in _order([*frame["task"], *comp.unresolved["task"].dropna()], TASK_ORDER):
-            unfinished = comp.unresolved[comp.unresolved["task"] == task]
-            table, chosen = table5_layout(frame[frame["task"] == task], with_paper=reference == "paper" and task == "copy",
-                                          unfinished=unfinished)
+        # A run at other settings (a --set probe) stands in for no cell; the list of runs that did not
+        # finish shows it with how its settings differ.
+        at_settings = comp.unresolved[comp.unresolved["settings"] == ""]
+        for task in _order([*frame["task"], *at_settings["task"].dropna()], TASK_ORDER):
+            unfinished, ours = at_settings[at_settings["task"] == task], frame[frame["task"] == task]
+            table, chosen = table5_layout(ours, with_paper=reference == "paper" and task == "copy", unfinished=unfinished)
             what = "beside Kerg et al.'s Table 5" if reference == "paper" and task == "copy" else "in Table 5's layout"
             comp.tables.append((f"{task}: held-out accuracy per model and T, with the updates behind it, {what}", table))
-            if len(unfinished):
+            waiting = unfinished.assign(T=pd.to_numeric(unfinished["T"], errors="coerce")).dropna(subset=["T"])
+            if set(zip(waiting["T"].astype(int), waiting["model"], strict=True)) - set(zip(ours["T"], ours["model"], strict=True)):
                 comp.notes.append(f"{task}, Table 5's layout: a cell that no run finished shows the last held-out "
                                   "evaluation of its run that did not finish and the update it was made at "
                                   "(running: at work now; stopped: ended, to be continued by --skip-finished)")
@@ -148,7 +151,8 @@ def table5_layout(frame: pd.DataFrame, *, with_paper: bool, unfinished: pd.DataF
     over seeds, ``solved at N`` or the updates run, and the paper's cell. Where a model ran at several
     nu / rho at one T, the cell is the setting it ran at the most T (then the most runs); the second
     value names those choices (``relrnn: nu=10, rho=10``). A cell that no run finished shows the runs of
-    ``unfinished`` (:attr:`recurbench.reporting.compare.Comparison.unresolved`) there: how far they got."""
+    ``unfinished`` (:attr:`recurbench.reporting.compare.Comparison.unresolved`, at the settings shown) there:
+    how far they got."""
     if unfinished is None or unfinished.empty:
         unfinished = pd.DataFrame(columns=["T", "model", "status", "last_eval_accuracy", "last_eval_update"])
     unfinished = unfinished.assign(T=pd.to_numeric(unfinished["T"], errors="coerce")).dropna(subset=["T"])

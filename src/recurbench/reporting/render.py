@@ -113,6 +113,8 @@ def text_tables(comp: Comparison, *, sep: str = "; ") -> list[TextTable]:
         )
     if len(unresolved := comp.unresolved):
         listed = unresolved.drop(columns=["run_id", "finished_as", "taken_over_by"])
+        if not listed["settings"].astype(bool).any():  # every run at its configuration's settings
+            listed = listed.drop(columns="settings")
         for column, fmt in layout(comp.suite).progress.values():  # how far each got; blank if not logged
             listed[column] = ["" if v is None or math.isnan(v) else format(v, fmt) for v in listed[column]]
         listed = listed.fillna("").astype(str)

@@ -53,6 +53,7 @@ from recurbench.records import (
     has_settings,
     lacks_a_param_of_its_sections,
     settings_diff,
+    shipped_settings_diff,
     with_param_defaults,
 )
 from recurbench.suites.registry import SUITES, load_profile
@@ -95,6 +96,11 @@ class SuiteRuns:
     """Finished runs dropped because a later run of the same configuration and seed exists."""
     other_settings: int = 0
     """Finished runs dropped because their params differ from the settings shown for their configuration."""
+    unfinished_settings: dict[str, str] = field(default_factory=dict)
+    """Unfinished run id -> how its settings differ from the ones shown for its configuration (those of
+    the finished run that stands for it; where none finished and the rule is ``shipped``, the settings its
+    profile ships now), worded as the left-out note words them. Absent where they agree, where the run
+    logged no params yet, or where there is nothing to compare with."""
     latest_parent_id: str | None = None
     notes: list[str] = field(default_factory=list)
 
@@ -182,6 +188,12 @@ class _ShippedSettings:
         shipped = self._for(run)
         return shipped is not None and has_settings(run, shipped, self.defaults)
 
+    def differs(self, run: RunRecord) -> str:
+        """How ``run``'s settings differ from the ones its profile ships now for its configuration
+        ("" where they agree, or where the package ships none)."""
+        shipped = self._for(run)
+        return "" if shipped is None else shipped_settings_diff(run, shipped, self.defaults)
+
 
 def load_runs(
     suite: str,
@@ -225,6 +237,7 @@ def load_runs(
         finished=finished[::-1],  # oldest first reads naturally in tables and legends
         unfinished=unfinished,
         finished_as=choice.finished_as(unfinished, seen),
+        unfinished_settings=choice.unfinished_settings(unfinished, shipped=settings == "shipped"),
         taken_over_by=taken_over_by(nested, choice.config_of),
         superseded=superseded,
         other_settings=other_settings,
@@ -309,6 +322,10 @@ class _SettingsChoice:
         """The suite's definition (None for a suite not registered), imported the first time it is needed."""
         return SUITES[self.suite]() if self.suite in SUITES else None
 
+    @cached_property
+    def _shipped(self) -> _ShippedSettings:
+        return _ShippedSettings(self.suite, self.defaults())
+
     def defaults(self) -> dict[str, str]:
         """The suite's param defaults (:meth:`~recurbench.suites.base.SuiteDefinition.param_defaults`),
         read the first time they are needed."""
@@ -330,7 +347,7 @@ class _SettingsChoice:
             self.chosen.setdefault(self.config_of(r), (r, "newest"))
         if not shipped or not self.chosen:
             return
-        table = _ShippedSettings(self.suite, self.defaults())
+        table = self._shipped
         for r in done:
             config = self.config_of(r)
             if self.chosen[config][1] == "newest" and table.has(r):
@@ -393,6 +410,21 @@ class _SettingsChoice:
                 continue
             if r.params and not self.differs(r):
                 out[r.run_id] = seen[(*config, r.seed)]
+        return out
+
+    def unfinished_settings(self, unfinished: Sequence[RunRecord], *, shipped: bool) -> dict[str, str]:
+        """Unfinished run id -> how its settings differ from the ones shown for its configuration
+        (:attr:`SuiteRuns.unfinished_settings`); only the runs whose settings differ."""
+        out: dict[str, str] = {}
+        for r in unfinished:
+            if not r.params:
+                continue
+            if self.config_of(r) in self.chosen:
+                diff = self.differs(r)
+            else:
+                diff = self._shipped.differs(r) if shipped else ""
+            if diff:
+                out[r.run_id] = diff
         return out
 
 
