@@ -118,6 +118,10 @@ class StudySpec:
     def storage_url(self) -> str:
         return self.storage or DEFAULT_STORAGE
 
+    def open_storage(self) -> optuna.storages.BaseStorage:
+        """The study's storage (:func:`make_storage` with this spec's retry and heartbeat settings)."""
+        return make_storage(self.storage, self.max_retry, self.heartbeat_interval, self.grace_period)
+
     def __post_init__(self) -> None:
         if self.n_trials < 1:
             raise ConfigError(f"--trials must be at least 1, got {self.n_trials}")
@@ -183,10 +187,10 @@ def make_storage(
 
 def load_study(spec: StudySpec, direction: str, worker: int = 0,
                storage: optuna.storages.BaseStorage | None = None) -> optuna.Study:
-    """Create or load the study (through ``storage``, default: :func:`make_storage` of the spec's). The
+    """Create or load the study (through ``storage``, default: :meth:`StudySpec.open_storage`). The
     sampler's seed mixes ``spec.seed``, the worker and how many trials the study holds already: a seeded
     sampler started again would replay its start-up trials."""
-    storage = storage or make_storage(spec.storage, spec.max_retry, spec.heartbeat_interval, spec.grace_period)
+    storage = storage or spec.open_storage()
     study = optuna.create_study(study_name=spec.study_name, storage=storage, direction=direction, load_if_exists=True)
     held = len(study.get_trials(deepcopy=False))
     with _experimental_api():
@@ -269,7 +273,7 @@ def study_worker(spec: StudySpec, objective: Objective, parent_id: str, worker: 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     if (device := task_device(None)) is not None and hasattr(objective, "device"):
         objective = dataclasses.replace(objective, device=device)  # type: ignore[type-var]
-    storage = make_storage(spec.storage, spec.max_retry, spec.heartbeat_interval, spec.grace_period)
+    storage = spec.open_storage()
     study = load_study(spec, objective.direction, worker, storage)
     if len(study.get_trials(deepcopy=False, states=FINISHED)) >= spec.n_trials:
         return 0
