@@ -92,8 +92,9 @@ class Comparison:
     failed: pd.DataFrame
     """Runs that did not finish: ``run_id``, ``name``, ``status``, config keys, ``seed``, ``error``,
     ``settings`` (how its settings differ from the ones shown for its configuration, "" where they
-    agree: :attr:`recurbench.reporting.runs.SuiteRuns.unfinished_settings`), ``finished_as`` (the finished run that counts for the same configuration and seed at the same
-    settings, or None: :attr:`recurbench.reporting.runs.SuiteRuns.finished_as`), ``taken_over_by``
+    agree: :attr:`recurbench.reporting.runs.SuiteRuns.unfinished_settings`), ``finished_as`` (the
+    finished run that counts for the same configuration and seed at the same settings, or None:
+    :attr:`recurbench.reporting.runs.SuiteRuns.finished_as`), ``taken_over_by``
     (the newest later run of its configuration, seed and params: one that continued it from its
     checkpoint or started it again; None where there is none:
     :attr:`recurbench.reporting.runs.SuiteRuns.taken_over_by`), then the layout's ``progress`` columns."""
