@@ -357,6 +357,24 @@ def _shipped_store(tmp_path):
     ])
 
 
+def test_the_left_out_note_names_each_way_a_configurations_runs_differ(tmp_path):
+    from recurbench.reporting.runs import suite_shipped_settings
+
+    shipped = {(t["dataset"], t["horizon"], t["model"]): p for t, p in suite_shipped_settings("ltsf", "quick")}
+    params = {k: "7" if v is None else v for k, v in shipped[("ETTh1", "24", "rsa_xl")].items()}
+    uri = _ltsf_store(tmp_path, [
+        ("rsa_xl", 0, 0.50, params),
+        ("rsa_xl", 0, 0.90, {**params, "training.rsa_lr_factor": "1000.0"}),  # two probes, each its own change
+        ("rsa_xl", 1, 0.80, {**params, "network.d_ff": "4096"}),
+    ])
+    comp = compare("ltsf", tracking_uri=uri)
+    assert cell(comp, "mse", model="rsa_xl")["n"] == 1
+    (note,) = [n for n in comp.notes if "settings differ" in n]
+    assert note.startswith("2 finished run(s) left out")
+    assert "ETTh1/24/rsa_xl: training.rsa_lr_factor 1000.0 (shipped: 1.0)" in note
+    assert f"ETTh1/24/rsa_xl: network.d_ff 4096 (shipped: {params['network.d_ff']})" in note
+
+
 def _ltsf_store(tmp_path, runs):
     """An MLflow store of ltsf ``quick`` runs on ETTh1-24, each in an invocation of its own, in order:
     ``(model, seed, mse, params[, tags])`` (MAE = MSE)."""

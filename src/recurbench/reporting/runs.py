@@ -376,13 +376,13 @@ class _SettingsChoice:
         left out for their settings."""
         finished: list[RunRecord] = []
         seen: dict[tuple[Any, ...], str] = {}
-        differences: dict[tuple[Any, ...], str] = {}
+        differences: dict[tuple[Any, ...], str] = {}  # (configuration, how it differs) -> its words
         superseded = other_settings = 0
         for r in done:
             config = self.config_of(r)
             if diff := self.differs(r):
                 other_settings += 1
-                differences.setdefault(config, "/".join(str(v) for v in config) + ": " + diff)
+                differences.setdefault((config, diff), "/".join(str(v) for v in config) + ": " + diff)
                 continue
             key = (*config, r.seed if r.seed is not None else r.run_id)
             if key in seen:
