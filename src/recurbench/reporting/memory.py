@@ -105,11 +105,11 @@ def memory_complete(comp: Comparison, reference: str, frame: pd.DataFrame | None
         at_settings = comp.unresolved[comp.unresolved["settings"] == ""]
         for task in _order([*frame["task"], *at_settings["task"].dropna()], TASK_ORDER):
             unfinished, ours = at_settings[at_settings["task"] == task], frame[frame["task"] == task]
-            table, chosen = table5_layout(ours, with_paper=reference == "paper" and task == "copy", unfinished=unfinished)
+            table, chosen, waiting = table5_layout(ours, with_paper=reference == "paper" and task == "copy",
+                                                   unfinished=unfinished)
             what = "beside Kerg et al.'s Table 5" if reference == "paper" and task == "copy" else "in Table 5's layout"
             comp.tables.append((f"{task}: held-out accuracy per model and T, with the updates behind it, {what}", table))
-            waiting = unfinished.assign(T=pd.to_numeric(unfinished["T"], errors="coerce")).dropna(subset=["T"])
-            if set(zip(waiting["T"].astype(int), waiting["model"], strict=True)) - set(zip(ours["T"], ours["model"], strict=True)):
+            if waiting:
                 comp.notes.append(f"{task}, Table 5's layout: a cell that no run finished shows the last held-out "
                                   "evaluation of its run that did not finish and the update it was made at "
                                   "(running: at work now; stopped: ended, to be continued by --skip-finished)")
@@ -144,7 +144,7 @@ def _unfinished_text(runs: pd.DataFrame) -> str:
 
 
 def table5_layout(frame: pd.DataFrame, *, with_paper: bool, unfinished: pd.DataFrame | None = None
-                  ) -> tuple[pd.DataFrame, list[str]]:
+                  ) -> tuple[pd.DataFrame, list[str], bool]:
     """One task's runs (:func:`recurbench.reporting.compare.runs_frame`, with ``updates`` and
     ``solved_at``) as Table 5 is laid out: a row per T, a column per model (Table 5's seven first,
     named as there, every one of them ``with_paper``; then the others). A cell: our held-out accuracy
@@ -152,7 +152,7 @@ def table5_layout(frame: pd.DataFrame, *, with_paper: bool, unfinished: pd.DataF
     nu / rho at one T, the cell is the setting it ran at the most T (then the most runs); the second
     value names those choices (``relrnn: nu=10, rho=10``). A cell that no run finished shows the runs of
     ``unfinished`` (:attr:`recurbench.reporting.compare.Comparison.unresolved`, at the settings shown) there:
-    how far they got."""
+    how far they got; the third value says whether some cell does."""
     if unfinished is None or unfinished.empty:
         unfinished = pd.DataFrame(columns=["T", "model", "status", "last_eval_accuracy", "last_eval_update"])
     unfinished = unfinished.assign(T=pd.to_numeric(unfinished["T"], errors="coerce")).dropna(subset=["T"])
@@ -164,6 +164,7 @@ def table5_layout(frame: pd.DataFrame, *, with_paper: bool, unfinished: pd.DataF
     models += sorted(present - set(models))
     chosen: list[str] = []
     columns: dict[str, list[str]] = {}
+    shows_unfinished = False
     lengths = sorted(set(frame["T"]) | set(unfinished["T"]))
     for model in models:
         runs = frame[frame["model"] == model]
@@ -177,11 +178,12 @@ def table5_layout(frame: pd.DataFrame, *, with_paper: bool, unfinished: pd.DataF
             if len(settings) > 1:
                 chosen.append(f"{model} at T = {T}: nu={settings[0][0]}, rho={settings[0][1]}")
             waiting = unfinished[(unfinished["model"] == model) & (unfinished["T"] == T)]
+            shows_unfinished |= not settings and len(waiting) > 0
             ours = (_cell_text(here[here["_setting"] == settings[0]]) if settings
                     else _unfinished_text(waiting) if len(waiting) else MISSING)
             column.append(ours + (f"\npaper {paper.get((T, model), MISSING)}" if with_paper else ""))
         columns[name if name.lower() == model else f"{name} ({model})"] = column
-    return pd.DataFrame({"T": lengths, **columns}), chosen
+    return pd.DataFrame({"T": lengths, **columns}), chosen, shows_unfinished
 
 
 # ------------------------------------------------------------------------------------------ figures

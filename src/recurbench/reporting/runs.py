@@ -229,6 +229,7 @@ def load_runs(
     finished, seen, superseded, other_settings = choice.keep(done, notes)
     _note_other_data(finished, notes)
     unfinished = [r for r in nested if r.status != "FINISHED"]
+    differing = choice.unfinished_settings(unfinished, shipped=settings == "shipped")
     return SuiteRuns(
         suite=suite,
         experiment=name,
@@ -236,8 +237,8 @@ def load_runs(
         profile=profile,
         finished=finished[::-1],  # oldest first reads naturally in tables and legends
         unfinished=unfinished,
-        finished_as=choice.finished_as(unfinished, seen),
-        unfinished_settings=choice.unfinished_settings(unfinished, shipped=settings == "shipped"),
+        finished_as=choice.finished_as(unfinished, seen, differing),
+        unfinished_settings=differing,
         taken_over_by=taken_over_by(nested, choice.config_of),
         superseded=superseded,
         other_settings=other_settings,
@@ -400,15 +401,17 @@ class _SettingsChoice:
             notes.append(f"{superseded} older finished run(s) superseded by a later run of the same configuration and seed")
         return finished, seen, superseded, other_settings
 
-    def finished_as(self, unfinished: Sequence[RunRecord], seen: Mapping[tuple[Any, ...], str]) -> dict[str, str]:
+    def finished_as(self, unfinished: Sequence[RunRecord], seen: Mapping[tuple[Any, ...], str],
+                    differing: Mapping[str, str]) -> dict[str, str]:
         """Ended unfinished run id -> the finished run that counts for its configuration and seed at the
-        same settings; a live (RUNNING) run is always listed: it is at work now."""
+        same settings (``differing``: :meth:`unfinished_settings`); a live (RUNNING) run is always listed:
+        it is at work now."""
         out: dict[str, str] = {}
         for r in unfinished:
             config = self.config_of(r)
             if r.status == "RUNNING" or config not in self.chosen or r.seed is None or (*config, r.seed) not in seen:
                 continue
-            if r.params and not self.differs(r):
+            if r.params and r.run_id not in differing:
                 out[r.run_id] = seen[(*config, r.seed)]
         return out
 
