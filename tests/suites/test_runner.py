@@ -250,7 +250,7 @@ def test_skip_finished_reuses_a_finished_run_of_the_same_settings_and_seed(toy):
     assert len(tracker.runs) == 7
 
 
-def test_the_typical_time_of_a_plan_is_the_median_wall_time_of_its_configuration(toy):
+def test_the_typical_time_of_a_plan_is_the_median_wall_time_of_its_configuration_at_its_settings(toy):
     import statistics
 
     from recurbench.suites.runner import typical_seconds
@@ -259,17 +259,25 @@ def test_the_typical_time_of_a_plan_is_the_median_wall_time_of_its_configuration
     tracker = MemoryTracker()
     run_suite("toy", "both", tracker, config_path=toy, selection={"seeds": 1})  # good-s0 finishes, crash-s0 fails
     (first,) = [r for r in tracker.runs if r.name == "good-s0"]
-    for seed, wall, profile in ((5, 10.0, "both"), (6, 30.0, "both"), (7, 999.0, "base")):  # other seeds; other profile
+    params = {k: v for k, v in first.params.items() if k != "seed"}
+    # Other seeds count; another profile, or other settings (a run ten times longer), do not.
+    for seed, wall, profile, changed in ((5, 10.0, "both", {}), (6, 30.0, "both", {}), (7, 999.0, "base", {}),
+                                         (8, 777.0, "both", {"scale": 2.0})):
         extra = tracker._start("recurbench-toy", f"good-s{seed}", standard_tags(suite="toy", profile=profile, seed=seed,
                                                                                model="good"), None)
+        extra.log_params({**params, **changed, "seed": str(seed)})
         extra.log_metrics({"wall_time_s": wall})
         extra.status = "FINISHED"
     plans = [o.plan for o in run_suite("toy", "both", tracker, config_path=toy, dry_run=True).outcomes]
     assert [p.name for p in plans] == ["good-s0", "good-s1", "crash-s0", "crash-s1"]
     expected = statistics.median([first.metrics["wall_time_s"][-1][1], 10.0, 30.0])
-    # Every seed of model good; nothing for crash, whose only run failed.
+    # Every seed of model good at its settings; nothing for crash, whose only run failed.
     assert typical_seconds("toy", "both", tracker, plans) == {0: expected, 1: expected}
     assert typical_seconds("toy", "both", MemoryTracker(), plans) == {}
+    # At other settings the only finished run of model good to go by is the one ten times longer.
+    other = [o.plan for o in run_suite("toy", "both", tracker, config_path=toy, dry_run=True,
+                                       overrides=["scale=2.0"]).outcomes]
+    assert typical_seconds("toy", "both", tracker, other) == {0: 777.0, 1: 777.0}
 
 
 def test_skip_finished_runs_again_what_differs_failed_or_lacks_its_results(toy):

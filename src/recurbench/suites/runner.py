@@ -455,16 +455,25 @@ def plan_key(suite: str, profile: str, plan: RunPlan) -> str:
 
 def typical_seconds(name: str, profile: str, tracker: Tracker, plans: Sequence[RunPlan]) -> dict[int, float]:
     """For each plan (by index) that has one: the median wall time (``wall_time_s``) of the FINISHED
-    runs in the store of the same suite, profile and configuration (any seed or settings, on whatever
-    machine ran them). A dry run shows it as a rough guide to how long the runs left will take."""
+    runs in the store of the same suite, profile, configuration and settings (:func:`plan_settings`:
+    any seed, on whatever machine ran them). A dry run shows it as a rough guide to how long the runs
+    left will take; a run at other settings (``--set training.updates=...``) is no guide to it."""
     stored = tracker.stored_runs(experiment_name(name), {"suite": name, "profile": profile}, "FINISHED")
+    definition = SUITES[name]()
+    defaults = definition.param_defaults()
     keys = sorted({k for plan in plans for k in plan.tags})
-    times: dict[tuple[str | None, ...], list[float]] = {}
+    by_config: dict[tuple[str | None, ...], list[RunRecord]] = {}
     for run in stored:
         if "wall_time_s" in run.metrics:
-            times.setdefault(tuple(run.tags.get(k) for k in keys), []).append(run.metrics["wall_time_s"])
-    found = {i: times.get(tuple(plan.tags.get(k) for k in keys)) for i, plan in enumerate(plans)}
-    return {i: statistics.median(t) for i, t in found.items() if t}
+            by_config.setdefault(tuple(run.tags.get(k) for k in keys), []).append(run)
+    typical = {}
+    for index, plan in enumerate(plans):
+        settings = plan_settings(definition, plan)
+        times = [run.metrics["wall_time_s"] for run in by_config.get(tuple(plan.tags.get(k) for k in keys), [])
+                 if has_settings(run, settings, defaults)]
+        if times:
+            typical[index] = statistics.median(times)
+    return typical
 
 
 def describe_dry_run(result: SuiteResult, tracker: Tracker) -> tuple[list[list[str]], list[str]]:
@@ -486,8 +495,9 @@ def describe_dry_run(result: SuiteResult, tracker: Tracker) -> tuple[list[list[s
     if known := [typical[i] for i in todo if i in typical]:
         lines.append(
             f"typical time of the {len(known)} run(s) to run that have one: {duration(sum(known))} in all (the "
-            "median wall time of this store's finished runs of the same configuration, on the machines that ran them)"
-            + (f"; {len(todo) - len(known)} have no finished run of their configuration to go by"
+            "median wall time of this store's finished runs of the same configuration and settings, on the machines "
+            "that ran them)"
+            + (f"; {len(todo) - len(known)} have no finished run of their configuration and settings to go by"
                if len(known) < len(todo) else "")
         )
     return rows, lines
@@ -500,6 +510,13 @@ def duration(seconds: float) -> str:
     if seconds < 90 * 60:
         return f"{seconds / 60:.0f} min"
     return f"{seconds / 3600:.1f} h"
+
+
+def plan_settings(definition: SuiteDefinition, plan: RunPlan) -> dict[str, str | None]:
+    """The settings a stored run must have logged to have done what ``plan`` does
+    (:func:`recurbench.records.has_settings`): its params as logged, each of
+    :attr:`SuiteDefinition.execute_params` at any value."""
+    return {**logged_settings(plan.params), **dict.fromkeys(definition.execute_params)}
 
 
 def stored_outcomes(
@@ -522,8 +539,7 @@ def stored_outcomes(
         by_config.setdefault(tuple(run.tags.get(k) for k in keys), []).append(run)
     found: dict[int, RunOutcome] = {}
     for index, plan in enumerate(plans):
-        settings: dict[str, str | None] = logged_settings(plan.params)
-        settings.update(dict.fromkeys(definition.execute_params))
+        settings = plan_settings(definition, plan)
         wanted = {**plan.tags, "seed": str(plan.seed)}
         for run in by_config.get(tuple(wanted.get(k) for k in keys), []):
             if not has_settings(run, settings, defaults):
