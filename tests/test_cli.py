@@ -355,6 +355,29 @@ def test_help_reads_as_words_and_gives_every_suites_device_default():
         assert re.search(rf"{default} for [^;(]*\b{name}\b", device), (name, default, device[:400])
 
 
+def test_help_says_each_command_in_prose_where_the_docstring_wraps_its_lines():
+    """A docstring wraps at the source's width; --help must not break its text there (Typer's rich help
+    keeps each newline: `bench kernels` read "configuration, compiled" / "ahead of time"), nor show
+    reStructuredText markup."""
+    import re
+
+    for group, names in (([], ("list", "run", "tune", "compare", "report", "data", "bench")),
+                         (["data"], ("list", "verify", "fetch", "info")),
+                         (["bench"], ("rem", "rsa", "forecast", "kernels", "memattn", "rl", "langs", "memory"))):
+        out = runner.invoke(app, [*group, "--help"], env={"COLUMNS": "400"}).output
+        panel = out[out.index("Commands"):]
+        rows = [line.strip("│ ") for line in panel.splitlines()[1:] if line.startswith("│")]
+        # At 400 columns every command's text fits on its own row: a row that names no command is a break.
+        assert [row.split()[0] for row in rows] == list(names), (group, rows)
+        for name in names:
+            text = runner.invoke(app, [*group, name, "--help"], env={"COLUMNS": "400"}).output
+            assert "``" not in text and not re.search(r":(func|class|attr|meth):", text), (group, name)
+            lines = [line.strip() for line in text.splitlines()]
+            start = next(i for i, line in enumerate(lines) if line.startswith("Usage:")) + 2  # a blank line between
+            paragraph = lines[start:lines.index("", start)]
+            assert len(paragraph) == 1 and paragraph[0], (group, name, lines[:start + 3])
+
+
 def test_bench_rem_prints_units_a_person_reads_within_80_columns():
     args = ["bench", "rem", "--seq-len", "256", "--heads", "6", "--head-dim", "4", "--batch", "1", "--repeats", "1",
             "--threads", "1", "--device", "cpu"]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import json
 from typing import Annotated, Any
 
@@ -18,10 +19,15 @@ class Command(TyperCommand):
     """A command whose ``--help`` reads as words: an option that takes a value shows its own name as the
     metavar (``--seeds SEEDS``, ``--tracking-uri TRACKING_URI``) rather than Typer's ``<int>`` or
     ``<list[str]>``, a flag shows none (not ``<bool>``), and an argument reads ``SUITE`` (not ``{suite}``
-    and ``<str>``). An option given its own ``metavar`` keeps it (``--set KEY=VALUE``)."""
+    and ``<str>``). An option given its own ``metavar`` keeps it (``--set KEY=VALUE``). Its text is the
+    docstring's paragraphs as prose: a line the docstring wraps at the source's width does not break the
+    help there (Typer's rich help keeps every newline)."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
+        if self.help:
+            self.help = "\n\n".join(" ".join(line.strip() for line in paragraph.splitlines())
+                                     for paragraph in inspect.cleandoc(self.help).split("\n\n"))
         for param in self.params:
             _name_metavar(param)
 

@@ -22,7 +22,7 @@ def list_cmd(
     as_json: JsonOpt = False,
 ) -> None:
     """List suites, models (forecasters, memory cores, language models), datasets or environment pairs;
-    suites and models with the package each comes from (``recurbench`` or a plugin's)."""
+    suites and models with the package each comes from ('recurbench' or a plugin's)."""
     from recurbench.data import DATASETS  # noqa: PLC0415 - torch, pandas
     from recurbench.suites.registry import SUITES, list_suites  # noqa: PLC0415 - every suite: torch, SB3, sktime
 
