@@ -201,3 +201,28 @@ def test_a_run_is_read_at_the_defaults_of_its_own_configuration(store, tmp_path)
     assert shown.keys() == {("lstm", "pytorch"), ("rellstm", "pytorch")}
     assert any("2 finished run(s) without the tag(s)" in note for note in comp.notes), comp.notes
     assert not any("settings differ" in note for note in comp.notes), comp.notes
+
+
+def test_the_loss_figures_update_ticks_stay_apart_at_the_papers_budget():
+    """200,000 updates on a panel a third of the figure wide: labels such as 150000 and 200000 ran
+    into one another ("100000150000200000"); they read 100k, 200k now and no two overlap."""
+    import numpy as np
+    import pandas as pd
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    from recurbench.reporting.memory import loss_figure
+
+    steps = np.arange(0, 200_001, 500)
+    curves = pd.DataFrame([{"task": "copy", "T": T, "label": label, "seed": 0, "step": int(step),
+                            "value": 1.0 / (1 + step / 1000)}
+                           for T in (100, 200, 500) for label in ("lstm", "rellstm (ν=10, ρ=10)") for step in steps])
+    fig = loss_figure(curves, {("copy", 100): 0.2})
+    FigureCanvasAgg(fig).draw()
+    renderer = fig.canvas.get_renderer()
+    for ax in fig.axes[:3]:
+        low, high = ax.get_xlim()
+        labels = [t for t in ax.get_xticklabels() if t.get_text() and low <= t.get_position()[0] <= high]
+        texts = [t.get_text() for t in labels]
+        assert "100k" in texts and "200k" in texts and all(len(t) <= 4 for t in texts), texts
+        boxes = sorted((t.get_window_extent(renderer) for t in labels), key=lambda b: b.x0)
+        assert all(left.x1 < right.x0 for left, right in zip(boxes, boxes[1:], strict=False)), texts

@@ -17,7 +17,7 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.ticker import MaxNLocator
 
-from recurbench.plots import panel_grid
+from recurbench.plots import count_label, panel_grid
 from recurbench.reference import LTSF_MODEL_ORDER, MINIGRID_AGENT_ORDER, RSA_PAIRS
 from recurbench.reporting.rem import RemHead, rem_matrix
 
@@ -211,14 +211,6 @@ def forecast_figure(examples: Sequence[tuple[str, Mapping[str, Any]]], title: st
     return fig
 
 
-def _steps_label(steps: float) -> str:
-    """``240k``, ``1.5M``: step counts short enough to leave room for the train and test ticks."""
-    for scale, suffix in ((1e6, "M"), (1e3, "k")):
-        if steps >= scale:
-            return f"{steps / scale:g}{suffix}"
-    return f"{steps:g}"
-
-
 def learning_curves(curves: pd.DataFrame, finals: pd.DataFrame) -> Figure | None:
     """MiniGrid: rollout reward vs environment steps on the training env, mean over seeds (band:
     min–max), a panel per env pair; at the end, ● = final train reward, ★ = test reward (larger env).
@@ -249,7 +241,7 @@ def learning_curves(curves: pd.DataFrame, finals: pd.DataFrame) -> Figure | None
                 ax.plot([right + gap * (2 + len(agents) + i)], [fin["test"].iloc[0]], "*", markersize=11, color=colour)
         steps = [t for t in MaxNLocator(nbins=4).tick_values(0, right) if 0 <= t <= right]
         ax.set_xticks([*steps, right + gap * (1 + len(agents) / 2 - 0.5), right + gap * (2 + 1.5 * len(agents) - 0.5)],
-                      [*(_steps_label(t) for t in steps), "train", "test"])
+                      [*(count_label(t) for t in steps), "train", "test"])
         ax.axvline(right + gap * 0.5, color="0.75", linewidth=0.8)
         ax.set_title(env)
         ax.set_xlabel("environment steps")

@@ -30,7 +30,7 @@ import pandas as pd
 from matplotlib.figure import Figure as MplFigure
 
 from recurbench.memory.figures import gradient_figure, place_legends, styled_lines
-from recurbench.plots import panel_grid
+from recurbench.plots import count_ticks, panel_grid
 from recurbench.records import RunRecord
 from recurbench.reference import KERG_TABLE5_COLUMNS, kerg_table5_reference
 from recurbench.reporting import figures
@@ -310,6 +310,7 @@ def loss_figure(curves: pd.DataFrame, baselines: Mapping[tuple[str, int], float]
             ax.axhline(baselines[(task, T)], color="0.4", linestyle=":", linewidth=1, label="blanks + guessing")
         ax.set_title(f"{task}, T = {T}")
         ax.set_xlabel("updates")
+        count_ticks(ax.xaxis)
         ax.set_ylabel("cross-entropy (all steps)")
         ax.grid(alpha=0.3)
     place_legends(fig, axes)
