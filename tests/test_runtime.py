@@ -65,7 +65,7 @@ def _rounds(env_extra: dict[str, str]) -> dict:
 def test_tuned_allocator_reuses_freed_tensor_memory():
     default = _rounds({"RECURBENCH_MALLOC": "default"})
     assert default["applied"] is False and default["tag"] == "default"
-    if min(default["faults"]) < PAGES_PER_ROUND // 5:
+    if min(default["faults"][-3:]) < PAGES_PER_ROUND // 5:
         pytest.skip(f"this allocator keeps freed memory by default (faults per round {default['faults']})")
     tuned = _rounds({})
     assert tuned["applied"] is True and tuned["tag"] == "tuned"  # runs record it: it moves their timings
