@@ -178,7 +178,9 @@ def _rem_dparam_kernel(
         W_re = tl.dot(Dre, x, input_precision=PREC)
         W_im = tl.dot(Dim, x, input_precision=PREC)
         if TRUNCATED:
-            for m in range(1, n_lookback + 1):
+            # Not software-pipelined: with triton 3.6's pipelining, ptxas kept two values on the stack
+            # around the loop (8 bytes per thread on sm_80; ``recurbench bench kernels``).
+            for m in tl.range(1, n_lookback + 1, num_stages=1):
                 tp, vp = _lane_rows(c - m, n_steps, r, d, offs_i, C, REVERSE)
                 xp = tl.load(x_base + tp[:, None] * stride_t + offs_d[None, :],
                              mask=vp[:, None] & dmask[None, :], other=0.0)
