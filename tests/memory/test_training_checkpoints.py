@@ -186,6 +186,15 @@ def test_a_checkpoint_of_other_settings_is_refused_naming_them(monkeypatch):
                              resume=TrainingState.from_bytes(data)).updates == 12
 
 
+
+def test_a_checkpoint_at_or_past_the_runs_cap_is_refused(monkeypatch):
+    # At update 4 a run capped at 4 logs its last point and stops: a state at 4 of a longer run is not its.
+    task, config, data = _tiny_state(monkeypatch)
+    for cap in (4, 3):
+        short = MemoryTrainConfig(updates=cap, batch_size=4, log_every=4, eval_batches=1, checkpoint_every=4)
+        assert _resume_refused(task, _network(), short, data) == (
+            f"written at update 4, not before this run's cap ({cap} updates)")
+
 def test_a_checkpoint_whose_tensors_do_not_fit_the_network_is_refused(monkeypatch):
     task, config, data = _tiny_state(monkeypatch, hidden_size=16)
     state = TrainingState.from_bytes(data)

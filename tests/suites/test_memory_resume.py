@@ -1,8 +1,8 @@
 """Resuming memory-suite runs through the runner and the command line: a run killed after a checkpoint
 (its driver gone, or stopped) is continued by the next ``--skip-finished`` driver, tagged
 ``resumed_from`` / ``resumed_at``, and ends with the uninterrupted run's results and history as the one
-FINISHED run of its plan; a corrupt or incompatible checkpoint is passed over or refused with one line
-naming the run and why."""
+FINISHED run of its plan; so is a run whose cap was raised, from the run at the lower cap; a corrupt or
+incompatible checkpoint is passed over or refused with one line naming the run and why."""
 
 from __future__ import annotations
 
@@ -204,6 +204,60 @@ def test_a_checkpoint_of_another_network_is_refused_and_the_run_starts_from_zero
     assert run.tags["resume_refused"] == note and "resumed_from" not in run.tags
     _same_as_reference(outcome, run, reference)
 
+
+
+def _capped(tmp_path, updates: int, name: str = "capped.yaml", **training) -> str:
+    """TINY with another cap (and any other training settings)."""
+    return _write(tmp_path, {**TINY, "training": {**TINY["training"], "updates": updates, **training}}, name)
+
+
+def test_a_run_whose_cap_is_raised_goes_on_from_the_lower_caps_run(tmp_path, reference):
+    # The run at 100 updates finished (checkpoints at 40 and 80: none at the cap). Raised to 200, the
+    # plan goes on from its checkpoint at 80 and ends as the run that went to 200 from the start.
+    tracker = MemoryTracker()
+    (short,) = run_suite("memory", "tiny", tracker, config_path=_capped(tmp_path, 100)).outcomes
+    assert short.status == "FINISHED" and short.metrics["updates"] == 100
+    (outcome,) = run_suite("memory", "tiny", tracker, config_path=_write(tmp_path), skip_finished=True).outcomes
+    assert (outcome.resumed_from, outcome.resumed_at, outcome.notes) == (short.run_id, 80, [])
+    run = next(r for r in tracker.runs if r.run_id == outcome.run_id)
+    assert (run.tags["resumed_from"], run.params["training.updates"]) == (short.run_id, 200)
+    _same_as_reference(outcome, run, reference)
+    assert next(r for r in tracker.runs if r.run_id == short.run_id).status == "FINISHED"  # left as it was
+
+
+def test_a_lower_cap_takes_only_a_longer_runs_checkpoints_before_it(tmp_path, monkeypatch):
+    # A run at 200 updates killed after its checkpoint at 120 holds 80 and 120: the plan at 100 takes
+    # 80 (at 120 that run is past this plan's end) and ends as the run that went to 100 from the start.
+    tracker = MemoryTracker()
+    dead = _killed_run(tracker, _write(tmp_path), monkeypatch)
+    short = _capped(tmp_path, 100)
+    fresh = MemoryTracker()
+    (want,) = run_suite("memory", "tiny", fresh, config_path=short).outcomes
+    (outcome,) = run_suite("memory", "tiny", tracker, config_path=short, skip_finished=True).outcomes
+    assert (outcome.resumed_from, outcome.resumed_at, outcome.notes) == (dead.run_id, 80, [])
+    differ = {k for k in want.metrics if outcome.metrics[k] != want.metrics[k]}
+    assert differ <= {"updates_per_second", "solved_at"} and outcome.metrics["updates"] == 100
+    run = next(r for r in tracker.runs if r.run_id == outcome.run_id)
+    want_run = next(r for r in fresh.runs if r.run_id == want.run_id)
+    for key in HISTORY:
+        assert run.metrics[key] == want_run.metrics[key], key
+
+
+def test_a_longer_finished_run_past_the_cap_is_no_start_for_a_lower_cap(tmp_path, reference):
+    # Its checkpoints (120, 160) lie past the plan's cap of 100: nothing to continue, no note.
+    tracker = MemoryTracker()
+    run_suite("memory", "tiny", tracker, config_path=_write(tmp_path))
+    (outcome,) = run_suite("memory", "tiny", tracker, config_path=_capped(tmp_path, 100), skip_finished=True).outcomes
+    assert (outcome.status, outcome.resumed_from, outcome.notes, outcome.metrics["updates"]) == ("FINISHED", None, [], 100)
+
+
+def test_a_run_at_other_settings_than_the_cap_is_not_continued(tmp_path, reference):
+    # Another learning rate as well as another cap: not this plan's run at a lower cap.
+    tracker = MemoryTracker()
+    run_suite("memory", "tiny", tracker, config_path=_capped(tmp_path, 100, learning_rate=0.01))
+    (outcome,) = run_suite("memory", "tiny", tracker, config_path=_write(tmp_path), skip_finished=True).outcomes
+    assert (outcome.resumed_from, outcome.notes) == (None, [])
+    _same_as_reference(outcome, next(r for r in tracker.runs if r.run_id == outcome.run_id), reference)
 
 def _as_before_gate_init(dead) -> None:
     """``dead`` as a version without ``model.gate_init`` left it: no ``network.gate_init`` param, and

@@ -90,7 +90,8 @@ def run_cmd(
         typer.Option("--skip-finished", help="Do not run again a configuration and seed that already has a FINISHED "
                      "run in the store at the same settings; its results enter the table (resumes a suite). A run "
                      "that ended FAILED or KILLED continues from its newest checkpoint where the suite saves them "
-                     "(memory)."),
+                     "(memory), and so does a run whose cap was raised (--set training.updates=...), from the "
+                     "run at the lower cap."),
     ] = False,
     dry_run: Annotated[
         bool,
@@ -164,8 +165,8 @@ def run_cmd(
         ))
     if resumed := [o for o in result.outcomes if o.resumed_from]:
         console.print(escape(
-            f"{len(resumed)} run(s) continued from the checkpoint of an earlier run that ended FAILED or KILLED "
-            "(--skip-finished): " + ", ".join(f"{o.plan.name} (run {o.run_id}: from run {o.resumed_from} at step "
+            f"{len(resumed)} run(s) continued from the checkpoint of an earlier run that ended FAILED or KILLED, "
+            "or of the same run at another cap (--skip-finished): " + ", ".join(f"{o.plan.name} (run {o.run_id}: from run {o.resumed_from} at step "
                                              f"{o.resumed_at:,})" for o in resumed[:5])
             + (", ..." if len(resumed) > 5 else "")
         ))

@@ -481,6 +481,10 @@ def train_memory_task(
     settings = resume_settings(task, model_config, config, seed)
     if resume is not None:
         resume.check_fits(settings)
+        if resume.update >= config.updates:
+            # Its state is this run's only before the cap: at the cap this run logs and stops.
+            raise CheckpointMismatch(f"written at update {resume.update:,}, not before this run's cap "
+                                     f"({config.updates:,} updates)")
     device = torch.device(device)
     if config.compile_core:
         # dynamo keys its cache on the code of MemoryCore.cell, shared by every core: after eight runs

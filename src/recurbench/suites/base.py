@@ -120,6 +120,13 @@ class SuiteDefinition(ABC):
     ``resume.refuse(run, reason)`` and starts from the beginning. A run resumed must end as the same run
     never interrupted would (its metrics too, at their steps). Suites that leave this False are
     called without ``resume``."""
+    cap_param: str | None = None
+    """For a resumable suite: the setting (a dotted param key) that only says how far a run goes, in
+    its checkpoints' steps (the memory suite: ``training.updates``). A run's state at a step before its
+    cap must not depend on the cap. Then ``run --skip-finished`` also hands a plan the checkpoints of
+    the runs that differ from it only in this setting, FINISHED ones included, at steps before the
+    plan's own cap: a run raised from 200,000 to 1,000,000 updates goes on from the last checkpoint of
+    the 200,000-update run instead of repeating it."""
 
     def load_profile(self, profile: str, path: str | os.PathLike[str] | None = None,
                      overrides: Sequence[str] = ()) -> BaseModel:

@@ -5,7 +5,10 @@ A suite that can continue a run sets :attr:`~recurbench.suites.base.SuiteDefinit
 ``execute`` saves checkpoints through a :class:`CheckpointWriter` and takes ``resume=``, a
 :class:`Checkpoint` or None. With ``run --skip-finished``, a plan about to run whose earlier runs
 ended FAILED or KILLED (or were just ended as stale: their driver is gone) is handed the newest intact
-checkpoint among them (:func:`find_checkpoint`); ``execute`` either continues from it and calls
+checkpoint among them (:func:`find_checkpoint`). Where the suite names a
+:attr:`~recurbench.suites.base.SuiteDefinition.cap_param`, the runs that differ from the plan only in
+that cap count too, FINISHED ones included (:func:`recurbench.suites.runner.resumable_runs`), at steps
+before the plan's cap. ``execute`` either continues from it and calls
 :meth:`Checkpoint.accept` (the run is tagged ``resumed_from`` = that run's id and ``resumed_at`` = the
 step), or calls :meth:`Checkpoint.refuse` with the reason (tag ``resume_refused``, a line at the end
 of the command) and starts from the beginning. What the bytes hold is the suite's business; this
@@ -25,11 +28,12 @@ import datetime
 import hashlib
 import json
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from recurbench.records import RunRecord
 from recurbench.tracking import RunHandle, Tracker
 
 FOLDER = "checkpoints"
@@ -90,14 +94,14 @@ class Checkpoint:
         return note
 
 
-def find_checkpoint(tracker: Tracker, experiment: str, tags: Mapping[str, str], plan_name: str,
-                    run: RunHandle | None = None) -> tuple[Checkpoint | None, list[str]]:
-    """The newest intact checkpoint (highest step; then the newer run) of the runs of ``experiment``
-    with ``tags`` (a plan's) that ended FAILED or KILLED, and a line for each checkpoint passed over
-    (a manifest that does not read, data missing or not what its manifest says), also tagged on
-    ``run`` (the run about to start, ``resume_notes``). The list of lines is the checkpoint's
-    ``notes``: a refusal joins it."""
-    runs = [r for status in RESUMABLE_STATUSES for r in tracker.stored_runs(experiment, tags, status)]
+def find_checkpoint(tracker: Tracker, runs: Sequence[RunRecord], plan_name: str, run: RunHandle | None = None,
+                    *, before: int | None = None) -> tuple[Checkpoint | None, list[str]]:
+    """The newest intact checkpoint (highest step; then the newer run) of ``runs`` (those a plan may
+    continue from: :func:`recurbench.suites.runner.resumable_runs`), at a step below ``before`` where
+    given (a plan's cap: a longer run's later checkpoints are no state of this plan's run). Also a line
+    for each checkpoint passed over (a manifest that does not read, data missing or not what its
+    manifest says), tagged on ``run`` too (the run about to start, ``resume_notes``). The list of lines
+    is the checkpoint's ``notes``: a refusal joins it."""
     notes: list[str] = []
     found: list[tuple[int, int, str, dict[str, Any]]] = []
     for earlier in runs:
@@ -113,6 +117,8 @@ def find_checkpoint(tracker: Tracker, experiment: str, tags: Mapping[str, str], 
             except (ValueError, KeyError, TypeError) as exc:
                 notes.append(f"{plan_name}: run {earlier.run_id}'s checkpoint manifest slot-{slot}.json does not read "
                              f"({type(exc).__name__}: {exc}): passed over")
+                continue
+            if before is not None and step >= before:
                 continue
             found.append((step, earlier.start_time, earlier.run_id,
                           {"file": manifest["file"], "bytes": size, "sha256": digest}))

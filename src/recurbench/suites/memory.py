@@ -468,6 +468,7 @@ class MemorySuite(SuiteDefinition):
     profile_model = MemoryProfile
     default_device = "cpu"  # batch 10, width 128, one step at a time: a GPU mostly waits on launches
     resumable = True  # checkpoints every training.checkpoint_every updates; --skip-finished resumes
+    cap_param = "training.updates"  # a raised cap goes on from the lower cap's run (train_memory_task)
     # gate_init came after Table 5's runs were stored; they started the LSTM family at pytorch.
     added_params = MappingProxyType({"network.gate_init": "pytorch"})
     headline_metrics = ("accuracy", "train_accuracy", "final_loss", "grad_first_init", "grad_first_final",

@@ -48,7 +48,7 @@ from recurbench.errors import ConfigError, RecurbenchError
 from recurbench.records import RunRecord, has_settings, logged_settings
 from recurbench.seeding import seed_everything
 from recurbench.suites.base import ProgressFn, RunOutcome, RunPlan, SuiteDefinition, SuiteResult
-from recurbench.suites.checkpoints import Checkpoint, find_checkpoint
+from recurbench.suites.checkpoints import RESUMABLE_STATUSES, Checkpoint, find_checkpoint
 from recurbench.suites.registry import SUITES, load_profile
 from recurbench.tracking import (
     HOST_TAG,
@@ -395,7 +395,8 @@ def execute_plan(
             if definition.resumable:
                 if claimed is not None and claimed.resume:  # the list of notes grows with a refusal
                     checkpoint, outcome.notes = find_checkpoint(
-                        tracker, experiment, {"suite": name, "profile": profile, PLAN_TAG: key}, plan.name, run)
+                        tracker, resumable_runs(definition, tracker, experiment, profile, plan, key), plan.name, run,
+                        before=plan_cap(definition, plan))
                 resume = {"resume": checkpoint}
             outcome.metrics = definition.execute(plan, run, progress or (lambda *_: None), data_dir=data_dir,
                                                  device=target, **resume)
@@ -510,6 +511,33 @@ def duration(seconds: float) -> str:
     if seconds < 90 * 60:
         return f"{seconds / 60:.0f} min"
     return f"{seconds / 3600:.1f} h"
+
+
+def plan_cap(definition: SuiteDefinition, plan: RunPlan) -> int | None:
+    """The plan's :attr:`SuiteDefinition.cap_param` as a step count (None: the suite has none)."""
+    if definition.cap_param is None:
+        return None
+    value = logged_settings(plan.params).get(definition.cap_param)
+    return int(value) if value is not None and value.isdigit() else None
+
+
+def resumable_runs(definition: SuiteDefinition, tracker: Tracker, experiment: str, profile: str, plan: RunPlan,
+                   key: str) -> list[RunRecord]:
+    """The runs whose checkpoints ``plan`` (of key ``key``, :func:`plan_key`) may continue from: its
+    own that ended FAILED or KILLED and, where the suite has a :attr:`SuiteDefinition.cap_param`, the
+    runs of its configuration and seed at its settings but another cap, ended in any of those ways or
+    FINISHED (:func:`recurbench.suites.checkpoints.find_checkpoint` takes only their checkpoints before
+    the plan's cap)."""
+    own = [r for status in RESUMABLE_STATUSES
+           for r in tracker.stored_runs(experiment, {"suite": definition.name, "profile": profile, PLAN_TAG: key}, status)]
+    if definition.cap_param is None:
+        return own
+    settings = {**plan_settings(definition, plan), definition.cap_param: None}
+    defaults = definition.param_defaults()
+    tags = {"suite": definition.name, "profile": profile, **plan.tags, "seed": str(plan.seed)}
+    capped = [r for status in ("FINISHED", *RESUMABLE_STATUSES) for r in tracker.stored_runs(experiment, tags, status)
+              if r.tags.get(PLAN_TAG) != key and has_settings(r, settings, defaults)]
+    return own + capped
 
 
 def plan_settings(definition: SuiteDefinition, plan: RunPlan) -> dict[str, str | None]:
