@@ -20,7 +20,8 @@ from typer.testing import CliRunner
 from recurbench.cli import app
 from recurbench.memory.training import TrainingState
 from recurbench.suites import checkpoints
-from recurbench.suites.runner import SuiteFailed, plan_key, run_suite
+from recurbench.suites.base import SuiteResult
+from recurbench.suites.runner import SuiteFailed, describe_dry_run, plan_key, run_suite
 from recurbench.tracking import MemoryTracker, owner_tags
 
 # Copy 2 of 4 symbols over a delay of 3; evaluations every 25 updates at a threshold no run reaches
@@ -223,6 +224,25 @@ def test_a_run_whose_cap_is_raised_goes_on_from_the_lower_caps_run(tmp_path, ref
     assert (run.tags["resumed_from"], run.params["training.updates"]) == (short.run_id, 200)
     _same_as_reference(outcome, run, reference)
     assert next(r for r in tracker.runs if r.run_id == short.run_id).status == "FINISHED"  # left as it was
+
+
+def test_a_dry_run_says_where_each_run_would_start(tmp_path, monkeypatch):
+    # A plan at 100 updates finished; dry runs at 200 (raised) and at 300 (another plan, killed at 120).
+    tracker = MemoryTracker()
+    (short,) = run_suite("memory", "tiny", tracker, config_path=_capped(tmp_path, 100)).outcomes
+    (planned,) = run_suite("memory", "tiny", tracker, config_path=_write(tmp_path), skip_finished=True,
+                           dry_run=True).outcomes
+    assert (planned.status, planned.resumed_from, planned.resumed_at) == ("PLANNED", short.run_id, 80)
+    rows, _ = describe_dry_run(SuiteResult("memory", "tiny", None, [planned]), tracker)
+    assert rows == [["copy-T3-lstm-s0", "0", f"to run, from run {short.run_id}'s checkpoint at step 80"]]
+    # Without --skip-finished every run starts from update 0, and the dry run says nothing of checkpoints.
+    (fresh,) = run_suite("memory", "tiny", tracker, config_path=_write(tmp_path), dry_run=True).outcomes
+    assert (fresh.status, fresh.resumed_from) == ("PLANNED", None)
+    dead = _killed_run(tracker, _capped(tmp_path, 300, name="long.yaml"), monkeypatch)
+    (planned,) = run_suite("memory", "tiny", tracker, config_path=_capped(tmp_path, 300, name="long.yaml"),
+                           skip_finished=True, dry_run=True).outcomes
+    assert (planned.resumed_from, planned.resumed_at) == (dead.run_id, DIE_AT)
+    assert len(tracker.runs) == 4  # the runs above (the killed one and its parent): the dry runs wrote nothing
 
 
 def test_a_lower_cap_takes_only_a_longer_runs_checkpoints_before_it(tmp_path, monkeypatch):

@@ -84,7 +84,9 @@ def run_suite(
     ``skip_finished``, plans that already have a FINISHED run at the same settings are not run again;
     when none is left, no parent run is opened (``parent_run_id`` None). ``dry_run`` stops after
     planning (and reading the store for ``skip_finished``): the runs left to do come back
-    ``PLANNED`` (``RUNNING`` where another live driver runs them), and nothing is trained or written.
+    ``PLANNED`` (``RUNNING`` where another live driver runs them), and nothing is trained or written;
+    with ``skip_finished``, a planned run that would continue from a checkpoint has it in
+    ``resumed_from`` / ``resumed_at``.
     ``end_runs``: RUNNING runs the user names as stale (their driver is gone where this machine cannot
     tell: another host, an older recurbench), ended FAILED before anything runs."""
     engine = engine or EngineSpec()
@@ -109,8 +111,17 @@ def run_suite(
     outcomes: list[RunOutcome | None] = [reused.get(i) for i in range(len(plans))]
     if dry_run:
         elsewhere = running_elsewhere(tracker, experiment, name, profile, plans) if skip_finished else {}
-        return SuiteResult(name, profile, None, [o or elsewhere.get(i) or RunOutcome(p, "PLANNED")
-                                                 for i, (o, p) in enumerate(zip(outcomes, plans, strict=True))])
+        planned = [o or elsewhere.get(i) or RunOutcome(p, "PLANNED")
+                   for i, (o, p) in enumerate(zip(outcomes, plans, strict=True))]
+        if skip_finished and definition.resumable:
+            for o in planned:
+                if o.status == "PLANNED":  # where it would start: the checkpoint a run would be handed
+                    found, _ = find_checkpoint(tracker, resumable_runs(definition, tracker, experiment, profile, o.plan,
+                                                                       plan_key(name, profile, o.plan)),
+                                               o.plan.name, before=plan_cap(definition, o.plan))
+                    if found is not None:
+                        o.resumed_from, o.resumed_at = found.run_id, found.step
+        return SuiteResult(name, profile, None, planned)
     for o in reused.values():
         if progress_factory:
             progress_factory(o.plan)(1, 1, f"already finished as run {o.run_id}: not run again")
@@ -486,8 +497,11 @@ def describe_dry_run(result: SuiteResult, tracker: Tracker) -> tuple[list[list[s
     for i, o in enumerate(outcomes):
         status = {"FINISHED": f"finished: run {o.run_id}",
                   "RUNNING": f"running elsewhere: run {o.run_id} ({o.owner})"}.get(o.status, "to run")
+        resumes = o.status == "PLANNED" and o.resumed_from is not None
+        if resumes:
+            status += f", from run {o.resumed_from}'s checkpoint at step {o.resumed_at:,}"
         if i in typical and o.status == "PLANNED":
-            status += f" (typically {duration(typical[i])})"
+            status += f" (typically {duration(typical[i])}{' from the start' if resumes else ''})"
         rows.append([o.plan.name, str(o.plan.seed), status])
     todo = [i for i, o in enumerate(outcomes) if o.status == "PLANNED"]
     lines = [f"{len(todo)} run(s) to run, {len(result.reused)} already finished"
