@@ -292,6 +292,8 @@ def bench_memory_cmd(
                         "cell), history (MemLSTM's append-only history); default: fast and compiled.")] = None,
     updates: Annotated[int, typer.Option("--updates", help="Timed updates per core, T and path (after one warm-up).")] = 3,
     threads: Annotated[int, typer.Option("--threads", help="torch threads.")] = 1,
+    device: Annotated[str, typer.Option(
+        "--device", help="Where to train: cpu (the memory suite's default), cuda, cuda:N, mps or auto.")] = "cpu",
     as_json: JsonOpt = False,
 ) -> None:
     """Memory-task training speed per core (copy, batch 10, width 128): steps per CPU-second and per second."""
@@ -309,7 +311,7 @@ def bench_memory_cmd(
         raise RecurbenchError(f"--lengths takes whole numbers such as 100,500, got {','.join(lengths or [])!r}") from None
     at_least(1, updates=updates, threads=threads, lengths=min(delays))
     with console.status("benchmarking") as status:
-        rows = bench_memory(chosen, delays, updates=updates, threads=threads, paths=chosen_paths,
+        rows = bench_memory(chosen, delays, updates=updates, threads=threads, paths=chosen_paths, device=device,
                             progress=lambda what: status.update(f"benchmarking {what}"))
     if as_json:
         return print_json(rows)
@@ -317,4 +319,5 @@ def bench_memory_cmd(
     header = ["core", "T", "path", "steps/CPU-s", "steps/s (wall)", f"vs {chosen_paths[-1]} (CPU)"]
     body = [[r["core"], str(r["T"]), r["path"], f"{r['steps_per_cpu_s']:.0f}", f"{r['steps_per_s']:.0f}",
              f"{r['steps_per_cpu_s'] / baseline[(r['core'], r['T'])]:.2f}x"] for r in rows]
-    console.print(table(f"memory-task training, copy, batch 10, width 128 ({threads} thread)", header, body))
+    console.print(table(f"memory-task training, copy, batch 10, width 128 ({threads} thread, {rows[0]['device']})",
+                        header, body))

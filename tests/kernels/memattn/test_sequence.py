@@ -189,3 +189,17 @@ def test_sabs_sequence_falls_back_to_stepping_without_the_native_loop(monkeypatc
     torch.testing.assert_close(core.sequence_outputs(x), native, rtol=0, atol=1e-12)
     with pytest.raises(RuntimeError, match="native loop is not available"):
         core.sequence_outputs(x, loop="native")
+
+
+@pytest.mark.parametrize("lstm", [False, True])
+def test_the_python_loops_histories_live_on_the_inputs_device(lstm):
+    # The loop that runs off the CPU keeps every history where the inputs are: the screened memory's
+    # slot indices (``flat``) were made on the CPU, and on a GPU its first index_select failed
+    # ("index is on cpu, different from other tensors on cuda:0"). ``meta`` stands in for the GPU.
+    from recurbench.kernels.memattn.sequence import _Histories
+
+    xw = torch.empty(5, 2, 4 * 8 if lstm else 8, device="meta")
+    hist = _Histories(xw, 8, 3, 3, lstm, window=False)
+    tensors = {name: t for name, t in vars(hist).items() if isinstance(t, torch.Tensor)}
+    assert "flat" in tensors and ("c" in tensors) == lstm
+    assert {name: t.device.type for name, t in tensors.items()} == dict.fromkeys(tensors, "meta")

@@ -124,7 +124,8 @@ class _Histories:
         self.c = xw.new_empty(T, B, H) if lstm else None
         self.tanh_c = xw.new_empty(T, B, H) if lstm else None
         self.alpha = xw.new_empty(T, B, S)  # step t's weights in [:, :n] (n = t for a window, else S)
-        self.flat = None if window else torch.zeros(T, B * S, dtype=torch.long)  # each step's slots
+        # each step's slots, on xw's device: they index its histories (a CPU index failed on the GPU)
+        self.flat = None if window else torch.zeros(T, B * S, dtype=torch.long, device=xw.device)
 
 
 class _AttentiveSequence(torch.autograd.Function):
