@@ -11,8 +11,7 @@ from recurbench.memory.models import SequenceModelConfig
 from recurbench.memory.tasks import make_task
 from recurbench.memory.training import MemoryTrainConfig, train_memory_task
 
-DEVICE = "cuda"
-cuda = pytest.mark.skipif(DEVICE == "cuda" and not torch.cuda.is_available(), reason="needs a CUDA GPU")
+cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 
 # Small, with a screened memory smaller than the sequence (kappa = 3 of 25 steps): the slot indices
 # index the histories on the device.
@@ -31,7 +30,7 @@ def test_a_core_trains_on_the_gpu_as_on_the_cpu(core):
     network = SequenceModelConfig(core, hidden_size=16, attention_size=8, **NETWORKS[core])
     config = MemoryTrainConfig(updates=4, batch_size=8, log_every=1, eval_batches=1, compile_core=False)
     on_cpu = train_memory_task(task, network, config, seed=0, device="cpu")
-    on_gpu = train_memory_task(task, network, config, seed=0, device=DEVICE)
+    on_gpu = train_memory_task(task, network, config, seed=0, device="cuda")
     # The same start and data; float32 on both (cuDNN's LSTM may take TF32 products: a loose bound).
     assert [p.loss for p in on_gpu.curve] == pytest.approx([p.loss for p in on_cpu.curve], rel=5e-3)
     assert on_gpu.updates == on_cpu.updates == 4

@@ -166,8 +166,9 @@ def run_cmd(
     if resumed := [o for o in result.outcomes if o.resumed_from]:
         console.print(escape(
             f"{len(resumed)} run(s) continued from the checkpoint of an earlier run that ended FAILED or KILLED, "
-            "or of the same run at another cap (--skip-finished): " + ", ".join(f"{o.plan.name} (run {o.run_id}: from run {o.resumed_from} at step "
-                                             f"{o.resumed_at:,})" for o in resumed[:5])
+            "or of the same run at another cap (--skip-finished): "
+            + ", ".join(f"{o.plan.name} (run {o.run_id}: from run {o.resumed_from} at step {o.resumed_at:,})"
+                        for o in resumed[:5])
             + (", ..." if len(resumed) > 5 else "")
         ))
     for note in (note for o in result.outcomes for note in o.notes):

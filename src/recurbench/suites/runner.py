@@ -52,6 +52,7 @@ from recurbench.suites.checkpoints import RESUMABLE_STATUSES, Checkpoint, find_c
 from recurbench.suites.registry import SUITES, load_profile
 from recurbench.tracking import (
     HOST_TAG,
+    RunHandle,
     StoreUnreachable,
     Tracker,
     describe_owner,
@@ -116,9 +117,8 @@ def run_suite(
         if skip_finished and definition.resumable:
             for o in planned:
                 if o.status == "PLANNED":  # where it would start: the checkpoint a run would be handed
-                    found, _ = find_checkpoint(tracker, resumable_runs(definition, tracker, experiment, profile, o.plan,
-                                                                       plan_key(name, profile, o.plan)),
-                                               o.plan.name, before=plan_cap(definition, o.plan))
+                    found, _ = plan_checkpoint(definition, tracker, experiment, profile, o.plan,
+                                               plan_key(name, profile, o.plan))
                     if found is not None:
                         o.resumed_from, o.resumed_at = found.run_id, found.step
         return SuiteResult(name, profile, None, planned)
@@ -405,9 +405,7 @@ def execute_plan(
             resume: dict[str, Checkpoint | None] = {}
             if definition.resumable:
                 if claimed is not None and claimed.resume:  # the list of notes grows with a refusal
-                    checkpoint, outcome.notes = find_checkpoint(
-                        tracker, resumable_runs(definition, tracker, experiment, profile, plan, key), plan.name, run,
-                        before=plan_cap(definition, plan))
+                    checkpoint, outcome.notes = plan_checkpoint(definition, tracker, experiment, profile, plan, key, run)
                 resume = {"resume": checkpoint}
             outcome.metrics = definition.execute(plan, run, progress or (lambda *_: None), data_dir=data_dir,
                                                  device=target, **resume)
@@ -552,6 +550,15 @@ def resumable_runs(definition: SuiteDefinition, tracker: Tracker, experiment: st
     capped = [r for status in ("FINISHED", *RESUMABLE_STATUSES) for r in tracker.stored_runs(experiment, tags, status)
               if r.tags.get(PLAN_TAG) != key and has_settings(r, settings, defaults)]
     return own + capped
+
+
+def plan_checkpoint(definition: SuiteDefinition, tracker: Tracker, experiment: str, profile: str, plan: RunPlan,
+                    key: str, run: RunHandle | None = None) -> tuple[Checkpoint | None, list[str]]:
+    """The checkpoint ``plan`` (of key ``key``) is handed with ``--skip-finished``, and the lines on
+    those passed over: :func:`~recurbench.suites.checkpoints.find_checkpoint` over
+    :func:`resumable_runs`, before the plan's cap (:func:`plan_cap`); notes tagged on ``run`` if given."""
+    return find_checkpoint(tracker, resumable_runs(definition, tracker, experiment, profile, plan, key), plan.name,
+                           run, before=plan_cap(definition, plan))
 
 
 def plan_settings(definition: SuiteDefinition, plan: RunPlan) -> dict[str, str | None]:
