@@ -123,6 +123,63 @@ def test_a_killed_study_resumes_exactly(tmp_path, storage, optuna_beats):
     assert len({t.params["x"] for t in finished}) == 6
 
 
+@dataclass
+class HeldOpen(Quadratic):
+    """Quadratic whose trial 0 writes ``started`` and then waits until ``release`` exists."""
+
+    started: str = ""
+    release: str = ""
+
+    def __call__(self, trial, run):
+        x = trial.suggest_float("x", -5, 6)
+        if trial.number == 0:
+            open(self.started, "w").close()
+            while not os.path.exists(self.release):
+                time.sleep(0.05)
+        return (x - 2) ** 2
+
+
+def test_two_drivers_share_one_study_without_failing_each_others_trials(tmp_path):
+    """Driver B holds trial 0 open (its heartbeat alive) while driver A runs the same study to 3
+    trials. A leaves B's trial alone (not failed, not counted as stale), runs the other two, reports
+    B's as running elsewhere and returns without waiting for it; B then finishes its trial and stops:
+    3 finished trials, none failed. (Before, A waited for B's trial and refused the study.) Nothing here
+    depends on timing but B's heartbeat thread beating within the 10 s grace period."""
+    url = f"sqlite:///{tmp_path / 'optuna.db'}"
+    started, release = tmp_path / "started", tmp_path / "release"
+    settings = "heartbeat_interval=1, grace_period=10"
+    script = textwrap.dedent(
+        f"""
+        import sys; sys.path.insert(0, {os.path.dirname(__file__)!r})
+        from test_study import HeldOpen
+        from recurbench.tracking import MemoryTracker
+        from recurbench.tuning.study import StudySpec, run_study
+        spec = StudySpec("shared", 3, storage={url!r}, seed=5, {settings})
+        result = run_study(spec, HeldOpen(started={str(started)!r}, release={str(release)!r}), MemoryTracker())
+        print("B", result.recovered, result.counts)
+        """
+    )
+    driver_b = subprocess.Popen([sys.executable, "-W", "ignore", "-c", script], stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 300
+        while not started.exists():  # B is inside trial 0
+            assert driver_b.poll() is None and time.monotonic() < deadline, driver_b.communicate()[1][-3000:]
+            time.sleep(0.05)
+        spec = StudySpec("shared", 3, storage=url, seed=1, heartbeat_interval=1, grace_period=10)
+        result = run_study(spec, Quadratic(), MemoryTracker())
+        assert result.recovered == [] and result.running_elsewhere == [0]
+        assert result.counts["complete"] + result.counts["pruned"] == 2 and result.counts["fail"] == 0
+    finally:
+        release.touch()
+        out, err = driver_b.communicate(timeout=300)
+    assert driver_b.returncode == 0, err[-3000:]
+    assert out.splitlines()[-1].startswith("B []"), out  # B failed nothing either
+    states = _states(spec)
+    assert len(states[TrialState.COMPLETE]) + len(states[TrialState.PRUNED]) == 3
+    assert states[TrialState.FAIL] == [] and states[TrialState.RUNNING] == []
+
+
 def test_an_optuna_storage_that_cannot_serve_is_one_line_naming_it(tmp_path):
     from test_tracking import _read_only_folder
 

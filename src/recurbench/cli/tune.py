@@ -71,7 +71,9 @@ def tune_cmd(
         ["storage", result.storage], ["trials", json.dumps(result.counts)], ["best trial", result.best_trial],
         ["best " + ("validation loss" if suite == "ltsf" else "training-env reward"), result.best_value],
         ["best params", json.dumps(result.best_params)],
-        ["stale trials failed and retried", result.recovered], ["MLflow parent run", result.parent_run_id],
+        ["stale trials failed and retried", result.recovered],
+        *([["running in another driver", result.running_elsewhere]] if result.running_elsewhere else []),
+        ["MLflow parent run", result.parent_run_id],
     ]))
     for note in outcome.notes:
         console.print(escape(note))

@@ -8,15 +8,20 @@
   stops at the target with Optuna's :class:`~optuna.study.MaxTrialsCallback`, counting the trials
   finished (COMPLETE or PRUNED) or running, so N workers do not overshoot. When they have all ended
   and a worker died, the driver starts workers again until ``n_trials`` trials have finished.
-* Recovery: one driver per storage at a time, so a trial found RUNNING when a study starts was left by
-  a killed invocation. Database storages run Optuna's heartbeat (``heartbeat_interval``): the driver
-  waits until such a trial's heartbeat is older than ``grace_period`` and fails it with
-  :func:`optuna.storages.fail_stale_trials`, whose :class:`~optuna.storages.RetryFailedTrialCallback`
-  enqueues its parameters again (up to ``max_retry`` times). Optuna's heartbeat thread records its
-  first beat asynchronously, and a trial killed before it has none, which Optuna never counts as stale:
-  so each trial records one itself before anything else runs (:func:`_trial_fn`), and a trial killed
-  inside the objective, however soon, is always recovered. The journal storage has no heartbeat: the
-  driver fails such a trial through :meth:`optuna.Study.tell` and calls the same retry callback.
+* Drivers: several ``tune`` invocations may share one database storage (two terminals, or machines on
+  one PostgreSQL): their workers take trials from the same study, and the trial cap counts every
+  driver's running trials. A journal storage has no heartbeat: one driver at a time there.
+* Recovery: a trial found RUNNING when a study starts was left by a killed invocation, or belongs to a
+  live driver. Database storages run Optuna's heartbeat (``heartbeat_interval``): the driver waits, at
+  most ``grace_period`` and two beats, until each such trial has either ended or gone stale (its
+  heartbeat older than ``grace_period``) and been failed by :func:`optuna.storages.fail_stale_trials`,
+  whose :class:`~optuna.storages.RetryFailedTrialCallback` enqueues its parameters again (up to
+  ``max_retry`` times). A trial still beating after that wait is a live driver's, and is left alone.
+  Optuna's heartbeat thread records its first beat asynchronously, and a trial killed before it has
+  none, which Optuna never counts as stale: so each trial records one itself before anything else runs
+  (:func:`_trial_fn`), and a trial killed inside the objective, however soon, is always recovered. The
+  journal storage has no heartbeat: the driver fails such a trial through :meth:`optuna.Study.tell` and
+  calls the same retry callback.
 * The sampler is seeded with ``seed``, the worker's number and the number of trials the study already
   holds, so that a resumed study does not replay its start-up proposals.
 * MLflow: a parent run per study (its id kept in the study's user attributes, so a resumed study
@@ -111,7 +116,8 @@ class StudySpec:
     """Database storages: seconds between a running trial's heartbeats."""
     grace_period: int = 20
     """Database storages: a running trial silent for this long is stale (failed, and retried); also how
-    long a restarted study waits, at most, for the trial a killed invocation left running."""
+    long, with two beats more, a starting study waits at most to tell a killed invocation's trial from
+    a live driver's."""
     tags: dict[str, str] = field(default_factory=dict)
 
     @property
@@ -198,34 +204,39 @@ def load_study(spec: StudySpec, direction: str, worker: int = 0,
     return optuna.load_study(study_name=spec.study_name, storage=storage, sampler=sampler, pruner=PRUNERS[spec.pruner]())
 
 
-def recover_stale_trials(study: optuna.Study, spec: StudySpec, poll_s: float = 1.0) -> list[int]:
-    """Fail the trials a killed invocation left RUNNING and enqueue their parameters again (one driver
-    per storage at a time, so nobody runs them); their numbers. See the module docstring."""
-    stale = [t.number for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))]
-    if not stale:
-        return []
+@dataclass(frozen=True)
+class Recovery:
+    """What :func:`recover_stale_trials` found among the trials RUNNING when it was called."""
+
+    failed: list[int] = field(default_factory=list)
+    """Stale (left by a killed invocation): failed, and their parameters enqueued again."""
+    live: list[int] = field(default_factory=list)
+    """Still beating after the wait: another driver's, left alone."""
+
+
+def recover_stale_trials(study: optuna.Study, spec: StudySpec, poll_s: float = 1.0) -> Recovery:
+    """Fail the trials a killed invocation left RUNNING and enqueue their parameters again; leave those
+    of live drivers (database storages). See the module docstring."""
+    running = [t.number for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))]
+    if not running:
+        return Recovery()
     if is_journal(spec.storage):
         with _experimental_api():
             retry = _retry_callback(spec.max_retry)[1]
-        for number in stale:
+        for number in running:
             study.tell(number, state=TrialState.FAIL)
             retry(study, study.get_trials(deepcopy=False)[number])
-        return stale
-    # A database storage: wait for the heartbeats of the stale trials to age past the grace period.
-    deadline = time.monotonic() + spec.grace_period + 2 * spec.heartbeat_interval + 60
-    while study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+        return Recovery(failed=running)
+    # A database storage: a dead trial's last beat is at most now, so it is stale within grace_period.
+    deadline = time.monotonic() + spec.grace_period + 2 * spec.heartbeat_interval
+    while True:
         with _experimental_api():
             optuna.storages.fail_stale_trials(study)
-        if not study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
-            break
-        if time.monotonic() > deadline:
-            running = [t.number for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))]
-            raise ConfigError(
-                f"study {spec.study_name}: trial(s) {running} are still running with a live heartbeat: another "
-                "invocation is running this study (one driver per storage at a time)"
-            )
+        trials = study.get_trials(deepcopy=False)
+        still = [n for n in running if trials[n].state == TrialState.RUNNING]
+        if not still or time.monotonic() > deadline:
+            return Recovery(failed=[n for n in running if trials[n].state == TrialState.FAIL], live=still)
         time.sleep(poll_s)
-    return stale
 
 
 def _trial_fn(objective: Objective, tracker: Tracker, parent_id: str, tags: dict[str, str],
@@ -299,6 +310,9 @@ class StudyResult:
     best_params: dict[str, Any]
     best_trial: int | None
     recovered: list[int]
+    """Trials a killed invocation left running: failed, and their parameters tried again."""
+    running_elsewhere: list[int] = field(default_factory=list)
+    """Trials running in another driver when this one ended."""
 
 
 def run_study(
@@ -315,7 +329,8 @@ def run_study(
     workers = 1 if engine.kind == "serial" else engine.workers or engine.in_flight() or 1
     crashes: list[str] = []
     with open_session(engine, tracker) as session:
-        recovered = recover_stale_trials(study, spec)
+        recovery = recover_stale_trials(study, spec)
+        recovered = list(recovery.failed)
         parent_id = study.user_attrs.get(PARENT_RUN_ATTR)
         with session.tracker.run(
             spec.study_name, experiment=experiment,
@@ -332,8 +347,11 @@ def run_study(
                 if missing <= 0 or (_round and spec.timeout is not None):
                     break
                 jobs = [(spec, objective, parent_id, w, session.tracker) for w in range(min(workers, missing))]
+                died = len(crashes)
                 session.map(study_worker, jobs, lambda _i, _n: None, lambda i, why: crashes.append(f"worker {i}: {why}"))
-                recovered += recover_stale_trials(study, spec)
+                if len(crashes) == died:  # the rest are running in another driver
+                    break
+                recovered += recover_stale_trials(study, spec).failed
             study = load_study(spec, objective.direction)
             trials = study.get_trials(deepcopy=False)
             counts = {state.name.lower(): sum(t.state == state for t in trials) for state in TrialState}
@@ -350,7 +368,7 @@ def run_study(
             return StudyResult(
                 spec.study_name, spec.storage_url, parent.run_id, counts,
                 best.value if best else None, dict(best.params) if best else {}, best.number if best else None,
-                recovered,
+                recovered, [t.number for t in trials if t.state == TrialState.RUNNING],
             )
 
 
