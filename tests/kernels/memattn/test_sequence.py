@@ -203,3 +203,29 @@ def test_the_python_loops_histories_live_on_the_inputs_device(lstm):
     tensors = {name: t for name, t in vars(hist).items() if isinstance(t, torch.Tensor)}
     assert "flat" in tensors and ("c" in tensors) == lstm
     assert {name: t.device.type for name, t in tensors.items()} == dict.fromkeys(tensors, "meta")
+
+
+def test_a_failed_build_is_warned_with_the_compilers_first_error(monkeypatch):
+    """The warning names what broke the build (here, as on torch 2.11's headers: an ambiguous overload),
+    not ninja's closing line; cpp_extension's exception carries the build's output after its message."""
+    import torch.utils.cpp_extension
+
+    from recurbench.kernels.memattn import native
+
+    output = ("Error building extension 'recurbench_memattn': [1/2] c++ -c sequence_native.cpp -o sequence_native.o\n"
+              "FAILED: sequence_native.o\n"
+              "sequence_native.cpp:404:24: error: call of overloaded 'sum(<brace-enclosed initializer list>)' is ambiguous\n"
+              "  404 |   Tensor d_bq = d_q.sum({0, 1});\n"
+              "sequence_native.cpp:585:24: error: call of overloaded 'sum(<brace-enclosed initializer list>)' is ambiguous\n"
+              "ninja: build stopped: subcommand failed.\n")
+
+    def failing_load(**_kwargs):
+        raise RuntimeError(output)
+
+    monkeypatch.setattr(torch.utils.cpp_extension, "load", failing_load)
+    monkeypatch.setenv(native.SWITCH, "1")
+    with pytest.warns(RuntimeWarning, match=r"could not be built \(sequence_native\.cpp:404:24: error: call of "
+                                            r"overloaded 'sum\(<brace-enclosed initializer list>\)' is ambiguous\)"):
+        assert native.native_module.__wrapped__() is None
+    assert native.build_failure(RuntimeError("g++: command not found")) == "g++: command not found"
+    assert native.build_failure(OSError()) == "OSError"

@@ -7,7 +7,7 @@ for this CPU, so the build's name carries a digest of the CPU's model and flags,
 a cache shared by machines with different CPUs, or by two checkouts of different versions, holds one
 build per kind instead of rebuilding one module over and over (and a process loading the other's).
 
-Where no compiler is found, or ``RECURBENCH_NATIVE=0`` is set, :func:`native_module` returns ``None``
+Where no compiler is found, the build fails, or ``RECURBENCH_NATIVE=0`` is set, :func:`native_module` returns ``None``
 and the Python loop of the same function runs instead (the same results, about 4.5x slower per step at
 batch 10): a warning says why, once.
 """
@@ -62,11 +62,18 @@ def native_module() -> ModuleType | None:
         return load(name=f"recurbench_memattn_{_cpu_digest()}_{source}", sources=[str(SOURCE)], extra_cflags=flags,
                     verbose=False)
     except Exception as exc:  # noqa: BLE001 - any build failure means: run the Python loop
-        reason = str(exc).strip().splitlines()[-1] if str(exc).strip() else type(exc).__name__
-        warnings.warn(f"recurbench: the attentive cores' C++ step loop could not be built ({reason}); the Python "
-                      f"loop runs instead (same results, slower). Install a C++ compiler, or set {SWITCH}=0 to "
-                      "silence this.", RuntimeWarning, stacklevel=2)
+        warnings.warn(f"recurbench: the attentive cores' C++ step loop could not be built ({build_failure(exc)}); "
+                      "the Python loop runs instead (same results, slower). Install a C++ compiler if there is none, "
+                      f"or set {SWITCH}=0 to silence this.", RuntimeWarning, stacklevel=2)
         return None
 
 
-__all__ = ["SOURCE", "SWITCH", "native_enabled", "native_module"]
+def build_failure(exc: Exception) -> str:
+    """Why a build failed, in one line: the compiler's first error where the exception carries the build's
+    output (``cpp_extension`` appends it), else the message's last line."""
+    lines = [line.strip() for line in str(exc).strip().splitlines() if line.strip()]
+    errors = [line for line in lines if "error:" in line]
+    return errors[0] if errors else lines[-1] if lines else type(exc).__name__
+
+
+__all__ = ["SOURCE", "SWITCH", "build_failure", "native_enabled", "native_module"]

@@ -401,9 +401,9 @@ std::vector<Tensor> attentive_backward(const Tensor& grad_out, const Tensor& w_r
   const int64_t T = d.T, B = d.B, H = d.H, A = d.A, G = d.G;
   Tensor d_w_rec = at::mm(d_xw.reshape({T * B, G}).t(), s.reshape({T * B, H}));
   Tensor d_wq = at::mm(d_q.narrow(0, 1, T - 1).reshape({-1, A}).t(), s.narrow(0, 0, T - 1).reshape({-1, H}));
-  Tensor d_bq = d_q.sum({0, 1});
+  Tensor d_bq = d_q.sum(at::IntArrayRef{0, 1});
   Tensor d_wk = at::mm(d_keys.reshape({T * B, A}).t(), h.reshape({T * B, H}));
-  Tensor d_bias = cell == kModReLU ? (d_xw * at::sign(act)).sum({0, 1}) : at::zeros_like(bias);
+  Tensor d_bias = cell == kModReLU ? (d_xw * at::sign(act)).sum(at::IntArrayRef{0, 1}) : at::zeros_like(bias);
   return {d_xw, d_w_rec, d_wq, d_bq, d_wk, d_v, d_bias};
 }
 
@@ -582,7 +582,7 @@ std::vector<Tensor> sab_backward(const Tensor& grad_out, const Tensor& w_hh, con
   // the weights' gradients as single products over all steps (truncation stops h_{t-1}'s gradient, not W_hh's)
   Tensor d_w_hh = at::mm(d_xw.narrow(0, 1, T - 1).reshape({-1, 4 * H}).t(), h.narrow(0, 0, T - 1).reshape({-1, H}));
   Tensor d_wq = at::mm(d_q.reshape({T * B, A}).t(), l.reshape({T * B, H}));
-  Tensor d_bq = d_q.sum({0, 1});
+  Tensor d_bq = d_q.sum(at::IntArrayRef{0, 1});
   Tensor d_wk = at::zeros_like(wk);
   if (d.slots > 0) {
     Tensor stored = h.narrow(0, stride - 1, (d.slots - 1) * stride + 1).slice(0, 0, c10::nullopt, stride);
