@@ -370,3 +370,28 @@ def test_a_bad_optuna_storage_is_refused_before_the_tracking_store_is_created(tm
     with pytest.raises(ConfigError, match=r"^cannot open Optuna storage 'foo://bad'"):
         tune(request, MlflowTracker(f"sqlite:///{tmp_path}/mlflow.db"), EngineSpec())
     assert list(tmp_path.iterdir()) == []
+
+
+def test_the_papers_trial_is_enqueued_once_into_a_study_other_drivers_began(tmp_path, data_dir):
+    """--enqueue-paper on a study that already holds another driver's trial still enqueues the profile's
+    layout (before: only into a study with no trials, so a driver that started second never did);
+    asked again, while it waits or after it ran, it is not enqueued twice."""
+    from recurbench.tuning.objectives import LTSFObjective
+    from recurbench.tuning.tune import enqueue_paper_trial
+
+    objective = LTSFObjective("rsa_informer", "ETTh1", 24, "quick", str(data_dir))
+    spec = StudySpec("paper", 4, storage=f"sqlite:///{tmp_path / 'o.db'}")
+    study = load_study(spec, "minimize")
+    other = study.ask()  # another driver's trial, begun first
+    other.suggest_int("cyclical_pairs", 0, 4)
+    study.tell(other, 1.0)
+    assert enqueue_paper_trial(spec, objective) == []
+    assert enqueue_paper_trial(spec, objective) == []  # while it waits
+    waiting = _states(spec)[TrialState.WAITING]
+    assert [t.system_attrs["fixed_params"] for t in waiting] == [objective.paper_params()]
+    assert waiting[0].user_attrs["paper_configuration"] is True
+    trial = study.ask()  # a driver takes it and runs it
+    assert trial.user_attrs["paper_configuration"] is True
+    study.tell(trial, 0.5)
+    assert enqueue_paper_trial(spec, objective) == []  # after it ran
+    assert _states(spec)[TrialState.WAITING] == []

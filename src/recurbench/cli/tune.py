@@ -38,7 +38,7 @@ def tune_cmd(
     pruner: Annotated[str, typer.Option("--pruner", help="median | hyperband | none")] = "median",
     seed: Annotated[int, typer.Option("--seed", help="Seed of the TPE sampler and of every trial's training.")] = 0,
     tune_lr: Annotated[bool, typer.Option("--tune-lr", help="Also tune the learning rate and the RSA parameters' factor on it (rsa_lr_factor).")] = False,
-    enqueue_paper: Annotated[bool, typer.Option("--enqueue-paper", help="Evaluate the profile's (paper's Table 5) head layout as the first trial.")] = False,
+    enqueue_paper: Annotated[bool, typer.Option("--enqueue-paper", help="Evaluate the profile's (paper's Table 5) head layout as the next trial, unless the study has tried it.")] = False,
     best_out: Annotated[str | None, typer.Option("--best-out", help="Write the best configuration as a suite YAML that `recurbench run SUITE --config FILE --profile tuned` accepts.")] = None,
     config: Annotated[str | None, typer.Option("--config", help="A suite YAML to use instead of the shipped one.")] = None,
     overrides: Annotated[

@@ -126,12 +126,12 @@ def tune(request: TuneRequest, tracker: Tracker, engine: EngineSpec) -> TuneOutc
 
 
 def enqueue_paper_trial(spec: StudySpec, objective: LTSFObjective) -> Sequence[str]:
-    """The profile's (the paper's Table 5) head layout as the study's first trial, unless the study
-    already has trials; a note when the layout is outside the search space."""
+    """The profile's (the paper's Table 5) head layout as the study's next trial, unless the study holds
+    a trial with those parameters already, in any state (Optuna's ``skip_if_exists``): a resumed study,
+    or one that other drivers share, evaluates it once. A note when the layout is outside the search space."""
     study = load_study(spec, objective.direction)
     params = objective.paper_params()
     if params is None:
         return ["the profile's head layout uses a dilation outside the candidates; not enqueued"]
-    if not study.get_trials(deepcopy=False):
-        study.enqueue_trial(params, user_attrs={"paper_configuration": True})
+    study.enqueue_trial(params, user_attrs={"paper_configuration": True}, skip_if_exists=True)
     return []
