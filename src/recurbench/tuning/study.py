@@ -228,7 +228,10 @@ def recover_stale_trials(study: optuna.Study, spec: StudySpec, poll_s: float = 1
             retry(study, study.get_trials(deepcopy=False)[number])
         return Recovery(failed=running)
     # A database storage: a dead trial's last beat is at most now, so it is stale within grace_period.
-    deadline = time.monotonic() + spec.grace_period + 2 * spec.heartbeat_interval
+    wait = spec.grace_period + 2 * spec.heartbeat_interval
+    print(f"study {spec.study_name}: trial(s) {running} found running; up to {wait} s to tell a killed "
+          "invocation's (failed, and retried) from a live driver's (left to it)", flush=True)
+    deadline = time.monotonic() + wait
     while True:
         with _experimental_api():
             optuna.storages.fail_stale_trials(study)
