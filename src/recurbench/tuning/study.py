@@ -204,29 +204,19 @@ def load_study(spec: StudySpec, direction: str, worker: int = 0,
     return optuna.load_study(study_name=spec.study_name, storage=storage, sampler=sampler, pruner=PRUNERS[spec.pruner]())
 
 
-@dataclass(frozen=True)
-class Recovery:
-    """What :func:`recover_stale_trials` found among the trials RUNNING when it was called."""
-
-    failed: list[int] = field(default_factory=list)
-    """Stale (left by a killed invocation): failed, and their parameters enqueued again."""
-    live: list[int] = field(default_factory=list)
-    """Still beating after the wait: another driver's, left alone."""
-
-
-def recover_stale_trials(study: optuna.Study, spec: StudySpec, poll_s: float = 1.0) -> Recovery:
-    """Fail the trials a killed invocation left RUNNING and enqueue their parameters again; leave those
-    of live drivers (database storages). See the module docstring."""
+def recover_stale_trials(study: optuna.Study, spec: StudySpec, poll_s: float = 1.0) -> list[int]:
+    """Fail the trials a killed invocation left RUNNING and enqueue their parameters again, leaving those
+    of live drivers (database storages); the numbers of those failed. See the module docstring."""
     running = [t.number for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))]
     if not running:
-        return Recovery()
+        return []
     if is_journal(spec.storage):
         with _experimental_api():
             retry = _retry_callback(spec.max_retry)[1]
         for number in running:
             study.tell(number, state=TrialState.FAIL)
             retry(study, study.get_trials(deepcopy=False)[number])
-        return Recovery(failed=running)
+        return running
     # A database storage: a dead trial's last beat is at most now, so it is stale within grace_period.
     wait = spec.grace_period + 2 * spec.heartbeat_interval
     print(f"study {spec.study_name}: trial(s) {running} found running; up to {wait} s to tell a killed "
@@ -238,7 +228,7 @@ def recover_stale_trials(study: optuna.Study, spec: StudySpec, poll_s: float = 1
         trials = study.get_trials(deepcopy=False)
         still = [n for n in running if trials[n].state == TrialState.RUNNING]
         if not still or time.monotonic() > deadline:
-            return Recovery(failed=[n for n in running if trials[n].state == TrialState.FAIL], live=still)
+            return [n for n in running if trials[n].state == TrialState.FAIL]  # `still`: live drivers' trials
         time.sleep(poll_s)
 
 
@@ -332,8 +322,7 @@ def run_study(
     workers = 1 if engine.kind == "serial" else engine.workers or engine.in_flight() or 1
     crashes: list[str] = []
     with open_session(engine, tracker) as session:
-        recovery = recover_stale_trials(study, spec)
-        recovered = list(recovery.failed)
+        recovered = recover_stale_trials(study, spec)
         parent_id = study.user_attrs.get(PARENT_RUN_ATTR)
         with session.tracker.run(
             spec.study_name, experiment=experiment,
@@ -354,7 +343,7 @@ def run_study(
                 session.map(study_worker, jobs, lambda _i, _n: None, lambda i, why: crashes.append(f"worker {i}: {why}"))
                 if len(crashes) == died:  # the rest are running in another driver
                     break
-                recovered += recover_stale_trials(study, spec).failed
+                recovered += recover_stale_trials(study, spec)
             study = load_study(spec, objective.direction)
             trials = study.get_trials(deepcopy=False)
             counts = {state.name.lower(): sum(t.state == state for t in trials) for state in TrialState}
