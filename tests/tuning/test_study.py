@@ -395,3 +395,31 @@ def test_the_papers_trial_is_enqueued_once_into_a_study_other_drivers_began(tmp_
     study.tell(trial, 0.5)
     assert enqueue_paper_trial(spec, objective) == []  # after it ran
     assert _states(spec)[TrialState.WAITING] == []
+
+
+def test_optunas_remarks_while_drawing_a_studys_figures_do_not_reach_the_user(tmp_path, monkeypatch):
+    """Optuna warns about small studies while drawing (on Python 3.12+ attributed to the caller, so a
+    filter on Optuna's modules misses them, as it did on the GPU machine); nothing escapes, the figure is
+    still logged, and warnings outside the drawing are untouched."""
+    import warnings
+
+    from optuna.visualization import matplotlib as ovm
+
+    from recurbench.tuning import study as study_module
+
+    real = ovm.plot_param_importances
+
+    def remarking(study):
+        warnings.warn("Some regimes for parameter `x` have less than 2 trials.", UserWarning, stacklevel=2)
+        return real(study)
+
+    monkeypatch.setattr(ovm, "plot_param_importances", remarking)
+    spec = StudySpec("figs", 3, storage=f"sqlite:///{tmp_path / 'o.db'}", seed=1, pruner="none")
+    run_study(spec, Quadratic(), MemoryTracker())
+    tracker = MemoryTracker()
+    with tracker.run("figures", experiment="toy") as run, warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        study_module._log_figures(load_study(spec, "minimize"), run)
+        warnings.warn("after drawing", UserWarning, stacklevel=1)
+    assert [str(w.message) for w in caught] == ["after drawing"]
+    assert "optuna/param_importances.png" in tracker.runs[0].artifacts

@@ -379,9 +379,11 @@ def _log_figures(study: optuna.Study, run: RunHandle) -> None:
     for name, plot in figures.items():
         try:
             with _experimental_api():
-                # Optuna's own remarks on a small study ("too small to compute importances", matplotlib's
-                # "identical low and high ylims" for a parameter tried at one value): the figure says as much.
-                warnings.filterwarnings("ignore", category=UserWarning, module=r"optuna\.(importance|visualization)\.")
+                # Optuna's own remarks on a small study ("too small to compute importances", "some regimes
+                # for parameter ... have less than 2 trials", matplotlib's "identical low and high ylims" for a
+                # parameter tried at one value): the figure says as much. Not filtered by module: on Python
+                # 3.12+ Optuna attributes its warnings to the caller (this module), skipping its own frames.
+                warnings.simplefilter("ignore", UserWarning)
                 ax = plot(study)
         except (ValueError, RuntimeError, ZeroDivisionError) as exc:  # e.g. importances need >1 trial
             run.set_tags({f"figure_skipped.{name}": str(exc)[:200]})
