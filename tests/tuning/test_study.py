@@ -372,6 +372,7 @@ def test_a_bad_optuna_storage_is_refused_before_the_tracking_store_is_created(tm
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.filterwarnings("ignore:Heartbeat of storage is supposed to be used with Study.optimize")  # ask/tell by hand
 def test_the_papers_trial_is_enqueued_once_into_a_study_other_drivers_began(tmp_path, data_dir):
     """--enqueue-paper on a study that already holds another driver's trial still enqueues the profile's
     layout (before: only into a study with no trials, so a driver that started second never did);
