@@ -147,14 +147,14 @@ def test_two_drivers_share_one_study_without_failing_each_others_trials(tmp_path
     depends on timing but B's heartbeat thread beating within the 10 s grace period."""
     url = f"sqlite:///{tmp_path / 'optuna.db'}"
     started, release = tmp_path / "started", tmp_path / "release"
-    settings = "heartbeat_interval=1, grace_period=10"
+    beats = {"heartbeat_interval": 1, "grace_period": 10}  # both drivers
     script = textwrap.dedent(
         f"""
         import sys; sys.path.insert(0, {os.path.dirname(__file__)!r})
         from test_study import HeldOpen
         from recurbench.tracking import MemoryTracker
         from recurbench.tuning.study import StudySpec, run_study
-        spec = StudySpec("shared", 3, storage={url!r}, seed=5, {settings})
+        spec = StudySpec("shared", 3, storage={url!r}, seed=5, **{beats!r})
         result = run_study(spec, HeldOpen(started={str(started)!r}, release={str(release)!r}), MemoryTracker())
         print("B", result.recovered, result.counts)
         """
@@ -166,7 +166,7 @@ def test_two_drivers_share_one_study_without_failing_each_others_trials(tmp_path
         while not started.exists():  # B is inside trial 0
             assert driver_b.poll() is None and time.monotonic() < deadline, driver_b.communicate()[1][-3000:]
             time.sleep(0.05)
-        spec = StudySpec("shared", 3, storage=url, seed=1, heartbeat_interval=1, grace_period=10)
+        spec = StudySpec("shared", 3, storage=url, seed=1, **beats)
         result = run_study(spec, Quadratic(), MemoryTracker())
         assert result.recovered == [] and result.running_elsewhere == [0]
         assert result.counts["complete"] + result.counts["pruned"] == 2 and result.counts["fail"] == 0
