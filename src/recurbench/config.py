@@ -62,12 +62,46 @@ def validate(model: type[M], data: Any, source: str, prefix: str = "") -> M:
         raise ConfigError(format_validation_error(exc, source, prefix)) from None
 
 
+class _Loader(yaml.SafeLoader):
+    """YAML as a person writes it: a number in exponent form (``1e-3``, ``1.5e3``: strings to YAML 1.1)
+    is a float, as in YAML 1.2; a key given twice in one mapping is an error naming
+    both lines (PyYAML keeps the last silently). Keys merged in with ``<<:`` may be given again: that is
+    how a profile changes what it merges."""
+
+    def construct_mapping(self, node: yaml.Node, deep: bool = False) -> dict[Any, Any]:
+        if isinstance(node, yaml.MappingNode):
+            seen: dict[Any, yaml.Node] = {}
+            for key_node, _ in node.value:
+                if key_node.tag == "tag:yaml.org,2002:merge":
+                    continue
+                key = self.construct_object(key_node, deep=True)
+                try:
+                    first = seen.setdefault(key, key_node)
+                except TypeError:  # an unhashable key: PyYAML's own error follows
+                    continue
+                if first is not key_node:
+                    raise yaml.constructor.ConstructorError(
+                        None, None, f"duplicate key {key!r} (first given on line {first.start_mark.line + 1})",
+                        key_node.start_mark)
+        return super().construct_mapping(node, deep=deep)  # type: ignore[arg-type]
+
+
+_Loader.add_implicit_resolver(
+    "tag:yaml.org,2002:float", re.compile(r"^[-+]?(?:[0-9][0-9_]*(?:\.[0-9_]*)?|\.[0-9_]+)[eE][-+]?[0-9]+$"),
+    list("-+.0123456789"))
+
+
+def load_yaml_text(text: str) -> Any:
+    """``text`` read as YAML the way every recurbench file is (:class:`_Loader`)."""
+    return yaml.load(text, Loader=_Loader)  # noqa: S506 - _Loader is a SafeLoader
+
+
 def read_yaml(path: str | os.PathLike[str]) -> dict[str, Any]:
     path = Path(path)
     if not path.is_file():
         raise ConfigError(f"{path}: no such config file")
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        data = load_yaml_text(path.read_text(encoding="utf-8"))
     except yaml.YAMLError as exc:
         raise ConfigError(f"{path}: invalid YAML: {exc}") from None
     if not isinstance(data, Mapping):
@@ -104,8 +138,7 @@ def _merge_key(base: Mapping[Any, Any], key: Any) -> Any:
 def parse_overrides(items: Sequence[str]) -> dict[str, Any]:
     """Command-line ``KEY=VALUE`` settings with dotted keys as a nested mapping, e.g.
     ``["training.rsa_lr_factor=100", "model.keep_positional=true"]``. Values are read as YAML
-    (``true``, ``null``, ``[24, 48]``); a number in exponent form without a dot (``1e-4``, which
-    YAML 1.1 reads as a string) is read as a number."""
+    (``true``, ``null``, ``[24, 48]``) as the files are (:func:`load_yaml_text`: ``1e-4`` is a number)."""
     out: dict[str, Any] = {}
     for item in items:
         key, sep, text = item.partition("=")
@@ -113,14 +146,9 @@ def parse_overrides(items: Sequence[str]) -> dict[str, Any]:
         if not sep or not all(path):
             raise ConfigError(f"--set {item!r}: expected KEY=VALUE with a dotted key, e.g. training.learning_rate=3e-4")
         try:
-            value = yaml.safe_load(text)
+            value = load_yaml_text(text)
         except yaml.YAMLError as exc:
             raise ConfigError(f"--set {item!r}: cannot read the value as YAML: {exc}") from None
-        if isinstance(value, str):
-            try:
-                value = float(value) if any(c in value.lower() for c in ".e") else int(value)
-            except ValueError:
-                pass
         node = out
         for depth, part in enumerate(path[:-1]):
             child = node.setdefault(part, {})

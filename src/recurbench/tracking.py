@@ -458,6 +458,16 @@ def _writable_folder(folder: Path, what: str) -> None:
     os.unlink(name)
 
 
+def check_output_file(path: str | os.PathLike[str], what: str) -> None:
+    """Refuse a file this process could not write later (``tune --best-out``, after hours of
+    trials): a folder at ``path``, or a folder for it that is a file or cannot be written in. Nothing
+    is created here."""
+    path = Path(path)
+    if path.is_dir():
+        raise ConfigError(f"{what}: {path} is a folder, not a file")
+    _writable_folder(path.parent, what)
+
+
 def check_sqlite_file(path: Path, what: str, *, write: bool = True) -> None:
     """Refuse an SQLite store that cannot serve: an existing file that is not an SQLite database (or
     not readable), and, with ``write``, a file or folder this process cannot write. One line naming

@@ -85,6 +85,9 @@ def test_a_seed_fixes_the_batches(name):
         ("denoise", -5, {}, r"T: the denoise task needs an integer of at least 1 .* got -5"),
         ("copy", 10, {"copy_length": 0}, r"copy_length: .* got 0"),
         ("copy", 10, {"labels": 0}, r"labels: .* got 0"),
+        # One symbol: every output is right by construction (accuracy 1.000 after 20 updates).
+        ("denoise", 10, {"labels": 1}, r"labels: the denoise task needs an integer of at least 2 \(with one symbol "
+                                       r"there is nothing to remember\), got 1"),
         ("cpy", 10, {}, r"unknown memory task 'cpy'; known: copy, denoise"),
     ],
 )

@@ -190,6 +190,53 @@ def test_per_model_settings_and_models_by_length(tmp_path):
     assert plans["copy-T3-lstm-s0"].params["network"]["gate_init"] == "pytorch" and "gate_init" not in rnn["network"]
 
 
+def test_a_command_line_setting_holds_for_every_core_over_per_model(tmp_path):
+    # --set model.nonlinearity=tanh was silently overridden by per_model.rnn's modrelu: the run trained
+    # at modrelu and logged it. A per_model key the command line sets itself stays the more specific.
+    profile = {**TINY, "models": ["lstm", "rnn", "exprnn"],
+               "per_model": {"rnn": {"model": {"nonlinearity": "modrelu"}, "training": {"optimizer": "rmsprop"}},
+                             "exprnn": {"model": {"nonlinearity": "modrelu"},
+                                        "tasks": {"copy": {"training": {"learning_rate": 0.5}}}}}}
+
+    def plans(*overrides):
+        result = run_suite("memory", "tiny", MemoryTracker(), config_path=_write(tmp_path, profile), dry_run=True,
+                           overrides=list(overrides))
+        return {o.plan.tags["model"]: o.plan for o in result.outcomes}
+
+    shipped = plans()
+    assert shipped["rnn"].params["network"]["nonlinearity"] == "modrelu"
+    assert shipped["exprnn"].params["training"]["learning_rate"] == 0.5
+    given = plans("model.nonlinearity=tanh", "training.learning_rate=0.01")
+    assert given["rnn"].params["network"]["nonlinearity"] == given["exprnn"].params["network"]["nonlinearity"] == "tanh"
+    assert given["rnn"].payload.network.nonlinearity == "tanh"  # what trains, not only what is logged
+    assert {m: p.params["training"]["learning_rate"] for m, p in given.items()} == {"lstm": 0.01, "rnn": 0.01,
+                                                                                  "exprnn": 0.01}
+    assert given["rnn"].params["training"]["optimizer"] == "rmsprop"  # a key the command line left alone
+    both = plans("model.nonlinearity=tanh", "per_model.rnn.model.nonlinearity=relu")
+    assert both["rnn"].params["network"]["nonlinearity"] == "relu"
+    assert both["exprnn"].params["network"]["nonlinearity"] == "tanh"
+
+
+@pytest.mark.parametrize(
+    ("profile_changes", "overrides", "message"),
+    [
+        # Refused for the LSTM but let through for an RNN core, whose per_model key shadowed it.
+        ({"models": ["rnn"], "per_model": {"rnn": {"model": {"nonlinearity": "modrelu"}}}}, ["model.nonlinearity=sigmoid"],
+         r"^--set model\.nonlinearity=sigmoid: unknown non-linearity 'sigmoid'; known: .* \(copy at T = 3, model 'rnn'\)$"),
+        # The kappa sweep was blamed ("kappa_sweeps.0.kappas.0: kappa 3 with nu = 2 leaves ...").
+        ({"models": ["rellstm"], "kappa_sweeps": [{"task": "copy", "T": 3, "nu": 2, "kappas": [3, 4]}]},
+         ["model.nonlinearity=sigmoid"],
+         r"^--set model\.nonlinearity=sigmoid: unknown non-linearity 'sigmoid'; known: .*"
+         r"\(kappa_sweeps\.0: copy at T = 3, model 'rellstm'\)$"),
+    ],
+)
+def test_a_bad_command_line_setting_is_named_as_such(tmp_path, profile_changes, overrides, message):
+    tracker = MemoryTracker()
+    with pytest.raises(ConfigError, match=message):
+        run_suite("memory", "tiny", tracker, config_path=_write(tmp_path, TINY, **profile_changes), overrides=overrides)
+    assert tracker.runs == []
+
+
 def test_table5_profile_is_the_paper_profile_narrowed():
     suite, table5 = load_profile("memory", "table5")
     plans = suite.plan(table5, {}, data_dir=None)

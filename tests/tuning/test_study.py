@@ -372,6 +372,35 @@ def test_a_bad_optuna_storage_is_refused_before_the_tracking_store_is_created(tm
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        # Accepted before: 0 trials ran, "best trial None", exit 0, and both stores were created.
+        ({"timeout": 0}, r"^--timeout must be a positive number of seconds, got 0$"),
+        ({"timeout": -5}, r"^--timeout must be a positive number of seconds, got -5$"),
+        # Refused only after every trial had trained, with a FileExistsError traceback.
+        ({"best_out": "{tmp}/afile/best.yaml"}, r"^--best-out: .*/afile is not a folder$"),
+        ({"best_out": "{tmp}"}, r"^--best-out: .* is a folder, not a file$"),
+        # The run command's option was named (--datasets.0); tune's is --dataset.
+        ({"dataset": "FOO"}, r"^--dataset: unknown dataset 'FOO'; known: ETTh1"),
+    ],
+)
+def test_a_bad_tune_request_is_refused_before_any_store_or_trial(tmp_path, data_dir, changes, message):
+    from recurbench.engine import EngineSpec
+    from recurbench.errors import RecurbenchError
+    from recurbench.tracking import MlflowTracker
+    from recurbench.tuning.tune import TuneRequest, tune
+
+    (tmp_path / "afile").write_text("")
+    fields = {"dataset": "ETTh1", "horizon": 24, "data_dir": str(data_dir),
+              "storage": f"sqlite:///{tmp_path}/optuna.db",
+              **{k: v.format(tmp=tmp_path) if isinstance(v, str) else v for k, v in changes.items()}}
+    request = TuneRequest("ltsf", "rsa_informer", trials=1, **fields)
+    with pytest.raises(RecurbenchError, match=message):
+        tune(request, MlflowTracker(f"sqlite:///{tmp_path}/mlflow.db"), EngineSpec())
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["afile"]
+
+
 @pytest.mark.filterwarnings("ignore:Heartbeat of storage is supposed to be used with Study.optimize")  # ask/tell by hand
 def test_the_papers_trial_is_enqueued_once_into_a_study_other_drivers_began(tmp_path, data_dir):
     """--enqueue-paper on a study that already holds another driver's trial still enqueues the profile's

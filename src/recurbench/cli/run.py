@@ -208,9 +208,19 @@ def closing_table(title: str, header: list[str], rows: list[list[str]]) -> Fitte
                        caption="\n".join(notes) or None, keys=naming - len(shared))
 
 
+#: The command line's option behind each ``selection`` key a suite may read.
+_SELECTION_OPTIONS = {"datasets": "--datasets", "horizons": "--horizons", "models": "--models", "envs": "--envs",
+                      "pairs": "--pair", "languages": "--languages", "tasks": "--tasks", "lengths": "--lengths",
+                      "total_timesteps": "--total-timesteps"}
+
+
 def _selection(suite: str, seeds: int | None, first_seed: int, total_timesteps: int | None,
                **names: list[str] | None) -> dict[str, Any]:
-    """The command line's choices as the runner's ``selection`` (names split on commas, numbers checked)."""
+    """The command line's choices as the runner's ``selection`` (names split on commas, numbers checked);
+    an option the suite does not read (:attr:`~recurbench.suites.base.SuiteDefinition.selection_keys`)
+    is refused, naming the suites it applies to."""
+    from recurbench.suites.registry import SUITES  # noqa: PLC0415 - every suite: torch, SB3, sktime
+
     selection: dict[str, Any] = {}
     for key, value in names.items():
         if (items := split_csv(value)) is not None:
@@ -222,8 +232,11 @@ def _selection(suite: str, seeds: int | None, first_seed: int, total_timesteps: 
     if first_seed:
         selection["first_seed"] = first_seed
     if total_timesteps is not None:
-        if suite != "minigrid":
-            raise RecurbenchError(f"--total-timesteps applies to the minigrid suite, not {suite!r}")
         at_least(1, total_timesteps=total_timesteps)
         selection["total_timesteps"] = total_timesteps
+    reads = SUITES[suite].selection_keys
+    for key in [k for k in selection if reads is not None and k not in (*reads, "seeds", "first_seed")][:1]:
+        takers = [name for name in SUITES if key in (SUITES[name].selection_keys or ())]
+        where = f"the {' and '.join(takers)} suite{'s' if len(takers) > 1 else ''}" if takers else "no suite"
+        raise RecurbenchError(f"{_SELECTION_OPTIONS.get(key, key)} applies to {where}, not {suite!r}")
     return selection

@@ -86,12 +86,12 @@ class MemoryTask(ABC):
     def check(self, where: str = "") -> None:
         """Raise a :class:`ConfigError` naming the first setting that leaves no valid layout."""
         prefix = f"{where}: " if where else ""
-        for key, value, least in (("T", self.T, 1), ("copy_length", self.copy_length, 1), ("labels", self.labels, 1)):
+        layout = "its layout is c data symbols, T - 1 blanks, a marker and c blanks: L = T + 2c steps"
+        for key, value, least, why in (("T", self.T, 1, layout), ("copy_length", self.copy_length, 1, layout),
+                                       ("labels", self.labels, 2, "with one symbol there is nothing to remember")):
             if not isinstance(value, int) or isinstance(value, bool) or value < least:
                 raise ConfigError(
-                    f"{prefix}{key}: the {self.name} task needs an integer of at least {least} (its layout is "
-                    f"c data symbols, T - 1 blanks, a marker and c blanks: L = T + 2c steps), got {value!r}"
-                )
+                    f"{prefix}{key}: the {self.name} task needs an integer of at least {least} ({why}), got {value!r}")
 
     def sample(self, batch: int, rng: np.random.Generator) -> TaskBatch:
         """``batch`` sequences drawn from ``rng``."""

@@ -111,6 +111,10 @@ class SuiteDefinition(ABC):
     (:func:`~recurbench.suites.runner.plan_key`, which finds a plan's runs) leaves one out at that value,
     so a run stored before it is still found (its checkpoint resumed, a live one left to its driver);
     :meth:`param_defaults` reads a run without one at that value."""
+    selection_keys: tuple[str, ...] | None = None
+    """The command line's choices :meth:`plan` reads from its ``selection`` (``datasets``, ``lengths``,
+    ...), seeds aside: ``run`` refuses another suite's option (``--datasets`` for the memory suite)
+    instead of ignoring it. None: every choice is passed on unchecked (a plugin suite that does not say)."""
     resumable: bool = False
     """Whether a run can continue from a checkpoint (:mod:`recurbench.suites.checkpoints`): then
     :meth:`execute` also takes ``resume``, a :class:`~recurbench.suites.checkpoints.Checkpoint` or
@@ -142,14 +146,23 @@ class SuiteDefinition(ABC):
                 f"{source}: profiles: no profile {profile!r}; available: {', '.join(header.profiles)}"
             )
         raw_profile = header.profiles[profile]
-        if overrides:
-            raw_profile = deep_merge(raw_profile, parse_overrides(overrides))
+        command_line = parse_overrides(overrides) if overrides else {}
+        if command_line:
+            raw_profile = deep_merge(raw_profile, command_line)
         try:
-            return validate(self.profile_model, raw_profile, str(source), prefix=f"profiles.{profile}")
+            validated = validate(self.profile_model, raw_profile, str(source), prefix=f"profiles.{profile}")
         except ConfigError as exc:
             if not overrides:
                 raise
             raise ConfigError(f"{exc} (with {' '.join('--set ' + o for o in overrides)})") from None
+        return self.with_command_line(validated, command_line)
+
+    def with_command_line(self, profile: BaseModel, command_line: Mapping[str, Any]) -> BaseModel:
+        """``profile`` (validated, the ``--set`` settings merged in) told which settings the command line
+        set (``command_line``: :func:`~recurbench.config.parse_overrides`' nested mapping), for a suite
+        where a more specific block of the file would otherwise shadow them (the memory suite's
+        ``per_model``). Default: ``profile`` as it is."""
+        return profile
 
     def suite_path(self) -> Path:
         """The suite's YAML: ``<name>.yaml`` shipped in this folder; a plugin suite returns its own."""

@@ -191,6 +191,7 @@ def _job(profile: LangsProfile, spec: LangDataSpec, model: str) -> tuple[LangsJo
 class LangsSuite(SuiteDefinition):
     name = "langs"
     profile_model = LangsProfile
+    selection_keys = ("languages", "models")
     default_device = "cpu"  # networks of ~10K parameters: a GPU only adds launch latency
     headline_metrics = ("bin0_acc", "bin1_acc", "bin0_acc_best", "bin1_acc_best", "bin0_best_epoch",
                         "bin1_best_epoch", "n_params", "seconds_per_epoch")

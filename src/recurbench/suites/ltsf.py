@@ -311,6 +311,7 @@ the learning rate after every epoch until ``lr_hold_epochs`` (default 2, Informe
 class LTSFSuite(SuiteDefinition):
     name = "ltsf"
     profile_model = LTSFProfile
+    selection_keys = ("datasets", "horizons", "models")
     headline_metrics = ("test_mse", "test_mae", "n_params", "epochs_run", "best_epoch", "seconds_per_epoch")
     execute_params = _EXECUTE_PARAMS
 

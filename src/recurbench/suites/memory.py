@@ -61,7 +61,7 @@ from types import MappingProxyType
 from typing import Annotated, Any
 
 import torch
-from pydantic import BaseModel, Field, NonNegativeInt, PositiveInt, create_model, model_validator
+from pydantic import BaseModel, Field, NonNegativeInt, PositiveInt, PrivateAttr, create_model, model_validator
 
 from recurbench.agents.cores import CORES
 from recurbench.config import KeyPathError, StrictModel, Unique, check_unique, known_name
@@ -226,6 +226,9 @@ class MemoryProfile(StrictModel):
     """Plugin core -> its own settings (keyword parameters of its ``__init__`` after ``input_size,
     hidden_size``; one of ``model``'s given here applies to it alone), e.g. ``--set
     plugin_settings.gru.layers=2``; logged as ``plugin_settings.*`` params."""
+    _command_line: dict[str, Any] = PrivateAttr(default_factory=dict)
+    """What ``--set`` set (:meth:`MemorySuite.with_command_line`): a ``model`` or ``training`` key
+    given there holds for every core, over ``per_model``'s."""
 
     @model_validator(mode="after")
     def _models_by_length_within_the_grid(self) -> MemoryProfile:
@@ -295,14 +298,24 @@ def _check_memory(job: MemoryJob, lengths: Sequence[int], key: str) -> None:
 
 def _overridden(profile: MemoryProfile, core: str, task: str, block: str) -> dict[str, tuple[str, Any]]:
     """The keys of ``block`` (``model`` or ``training``) that ``per_model.<core>`` sets for ``task``:
-    key -> (where it is set, value); ``per_model.<core>.tasks.<task>`` over ``per_model.<core>``."""
+    key -> (where it is set, value); ``per_model.<core>.tasks.<task>`` over ``per_model.<core>``. A key
+    the command line set in ``block`` (``--set model.nonlinearity=tanh``) is the command line's for
+    every core: the file's ``per_model`` does not shadow it, only a ``per_model`` key the command line
+    set itself."""
     own = profile.per_model.get(core)
     if own is None:
         return {}
-    out = {k: (f"per_model.{core}.{block}", v) for k, v in getattr(own, block).model_dump(exclude_unset=True).items()}
+    given = profile._command_line.get(block, {})
+    cli_own = profile._command_line.get("per_model", {}).get(core, {})
+
+    def kept(settings: BaseModel, where: str, explicit: Mapping[str, Any]) -> dict[str, tuple[str, Any]]:
+        return {k: (where, v) for k, v in settings.model_dump(exclude_unset=True).items()
+                if k not in given or k in explicit}
+
+    out = kept(getattr(own, block), f"per_model.{core}.{block}", cli_own.get(block, {}))
     if (for_task := own.tasks.get(task)) is not None:
-        out |= {k: (f"per_model.{core}.tasks.{task}.{block}", v)
-                for k, v in getattr(for_task, block).model_dump(exclude_unset=True).items()}
+        out |= kept(getattr(for_task, block), f"per_model.{core}.tasks.{task}.{block}",
+                    cli_own.get("tasks", {}).get(task, {}).get(block, {}))
     return out
 
 
@@ -363,11 +376,20 @@ def _check_network(profile: MemoryProfile, network: SequenceModelConfig, task: M
         network.check("model")
         network.check_sequence(task.seq_len, "model", vocab_size=task.vocab_size)
     except ConfigError as exc:
-        head, _, rest = str(exc).partition(":")
-        key = head.removeprefix("model.")
-        if key in (own := _overridden(profile, network.core, task.name, "model")):
-            head = f"{own[key][0]}.{key}"
-        raise ConfigError(f"{head}:{rest} ({task.name} at T = {task.T}, model {network.core!r})") from None
+        raise _named(profile, network, task.name, exc, f"{task.name} at T = {task.T}") from None
+
+
+def _named(profile: MemoryProfile, network: SequenceModelConfig, task: str, exc: ConfigError,
+           context: str) -> ConfigError:
+    """``exc`` (about a key ``model.<key>``) naming where that key was set: ``per_model.<core>.model``,
+    the command line (``--set model.<key>=<value>``) or the profile's ``model``."""
+    head, _, rest = str(exc).partition(":")
+    key = head.removeprefix("model.")
+    if key in (own := _overridden(profile, network.core, task, "model")):
+        head = f"{own[key][0]}.{key}"
+    elif key in (given := profile._command_line.get("model", {})):
+        head = f"--set model.{key}={given[key]}"
+    return ConfigError(f"{head}:{rest} ({context}, model {network.core!r})")
 
 
 def _configuration(profile: MemoryProfile, task_name: str, T: int, network: SequenceModelConfig,
@@ -404,6 +426,10 @@ def _sweeps(profile: MemoryProfile, tasks: Sequence[str], lengths: Sequence[int]
             continue
         value = getattr(ks, ks.fixed)
         base = replace(_network(profile, "rellstm", ks.task), **{ks.fixed: value})
+        try:  # the settings every point shares first: an error in them is not the sweep's
+            base.check("model")
+        except ConfigError as exc:
+            raise _named(profile, base, ks.task, exc, f"kappa_sweeps.{i}: {ks.task} at T = {ks.T}") from None
         for network in kappa_variants(base, ks.kappas, fixed=ks.fixed, where=f"kappa_sweeps.{i}"):
             out.setdefault((ks.task, ks.T, network), []).append(f"{ks.fixed}={value}")
     return out
@@ -466,6 +492,7 @@ def _train(plan: RunPlan, job: MemoryJob, task: MemoryTask, run: RunHandle, prog
 class MemorySuite(SuiteDefinition):
     name = "memory"
     profile_model = MemoryProfile
+    selection_keys = ("tasks", "lengths", "models")
     default_device = "cpu"  # batch 10, width 128, one step at a time: a GPU mostly waits on launches
     resumable = True  # checkpoints every training.checkpoint_every updates; --skip-finished resumes
     cap_param = "training.updates"  # a raised cap goes on from the lower cap's run (train_memory_task)
@@ -474,6 +501,12 @@ class MemorySuite(SuiteDefinition):
     headline_metrics = ("accuracy", "train_accuracy", "final_loss", "grad_first_init", "grad_first_final",
                         "grad_ratio_init", "grad_ratio_final", "updates_per_second", "n_params", "updates",
                         "solved", "solved_at")
+
+    def with_command_line(self, profile: BaseModel, command_line: Mapping[str, Any]) -> BaseModel:
+        """A ``model`` or ``training`` key set by ``--set`` holds for every core, over ``per_model``."""
+        assert isinstance(profile, MemoryProfile)
+        profile._command_line = dict(command_line)
+        return profile
 
     def plan(self, profile: BaseModel, selection: Mapping[str, Any], *, data_dir: str | None) -> list[RunPlan]:
         assert isinstance(profile, MemoryProfile)

@@ -171,6 +171,7 @@ def check_pair_envs(pairs: Sequence[EnvPair], core: CoreSettings) -> None:
 class MinigridSuite(SuiteDefinition):
     name = "minigrid"
     profile_model = MinigridProfile
+    selection_keys = ("envs", "pairs", "models", "total_timesteps")
     default_device = "cpu"  # small recurrent policies: stable-baselines3 advises the CPU for non-CNN policies
     headline_metrics = ("train_reward", "test_reward", "generalisation_ratio")
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 import tempfile
 from dataclasses import dataclass
 from functools import cached_property
@@ -66,10 +67,13 @@ class LTSFObjective(Objective):
             rsa = [name for name, arch in ARCHITECTURES.items() if arch.rsa]
             raise ConfigError(f"--model {self.model!r}: REM heads can only be tuned for RSA models ({', '.join(rsa)})")
         definition, cfg = load_profile("ltsf", self.profile, self.config, self.overrides)
-        plans = definition.plan(
-            cfg, {"datasets": [self.dataset], "horizons": [str(self.horizon)], "models": [self.model], "seeds": 1},
-            data_dir=self.data_dir,
-        )
+        try:
+            plans = definition.plan(
+                cfg, {"datasets": [self.dataset], "horizons": [str(self.horizon)], "models": [self.model], "seeds": 1},
+                data_dir=self.data_dir,
+            )
+        except ConfigError as exc:  # the run command's options, named as tune's (--dataset, one value)
+            raise ConfigError(re.sub(r"^--(dataset|horizon)s\.0\b", r"--\1", str(exc))) from None
         return plans[0].payload
 
     @cached_property

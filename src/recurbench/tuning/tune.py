@@ -10,7 +10,7 @@ from recurbench.devices import describe_device
 from recurbench.engine import EngineSpec, check_cluster_store, check_device
 from recurbench.errors import RecurbenchError
 from recurbench.suites.registry import SUITES
-from recurbench.tracking import Tracker, check_store, resolve_tracking_uri
+from recurbench.tracking import Tracker, check_output_file, check_store, resolve_tracking_uri
 from recurbench.tuning.objectives import LTSFObjective, MinigridObjective, write_best_profile
 from recurbench.tuning.study import (
     DEFAULT_STORAGE,
@@ -104,9 +104,13 @@ def study_spec(request: TuneRequest, engine: EngineSpec, objective: LTSFObjectiv
 def tune(request: TuneRequest, tracker: Tracker, engine: EngineSpec) -> TuneOutcome:
     """Validate everything, create or resume the study and run it to ``request.trials`` finished
     trials (on ``engine``), then write the best configuration if asked."""
+    if request.timeout is not None and not request.timeout > 0:
+        raise RecurbenchError(f"--timeout must be a positive number of seconds, got {request.timeout:g}")
     check_cluster_store(engine, resolve_tracking_uri(getattr(tracker, "tracking_uri", None)))
     check_cluster_store(engine, request.storage or DEFAULT_STORAGE, "Optuna storage")
     objective, tags = make_objective(request, engine)
+    if request.best_out:
+        check_output_file(request.best_out, "--best-out")
     spec = study_spec(request, engine, objective, tags)
     # Nothing is created until both stores are known good: a bad tracking URI fails before the Optuna
     # storage is created, and a bad Optuna storage before the tracking store is (an empty mlflow.db).

@@ -9,7 +9,8 @@ build per kind instead of rebuilding one module over and over (and a process loa
 
 Where no compiler is found, the build fails, or ``RECURBENCH_NATIVE=0`` is set, :func:`native_module` returns ``None``
 and the Python loop of the same function runs instead (the same results, about 4.5x slower per step at
-batch 10): a warning says why, once.
+batch 10). A build that fails is warned about once, with the compiler's first error; the switch,
+being the user's choice, is not.
 """
 
 from __future__ import annotations

@@ -1,0 +1,49 @@
+"""Reading YAML as a person writes it (:func:`recurbench.config.load_yaml_text`)."""
+
+from __future__ import annotations
+
+import pytest
+import yaml
+
+from recurbench.config import load_yaml_text, parse_overrides, read_yaml
+from recurbench.errors import ConfigError
+from recurbench.suites.registry import SUITES, load_profile
+
+
+@pytest.mark.parametrize(
+    ("text", "value"),
+    [("1e-3", 0.001), ("2E5", 200000.0), ("-1e+2", -100.0), ("1.5e3", 1500.0), (".5e-1", 0.05), ("3", 3),
+     ("0.5", 0.5), ("'1e-3'", "1e-3"), ("1e", "1e"), ("e5", "e5"), ("1_000", 1000)],
+)
+def test_a_number_in_exponent_form_is_a_number(text, value):
+    # YAML 1.1 (PyYAML) reads 1e-3 as the string '1e-3': a profile's `learning_rate: 1e-3` was refused
+    # as "Input should be a valid number", while --set read it as a number.
+    got = load_yaml_text(f"v: {text}")["v"]
+    assert got == value and type(got) is type(value)
+    assert parse_overrides([f"v={text}"])["v"] == value
+
+
+def test_a_suite_file_may_write_a_rate_in_exponent_form(tmp_path):
+    shipped = read_yaml(SUITES["memory"]().suite_path())
+    quick = shipped["profiles"]["quick"]
+    path = tmp_path / "memory.yaml"
+    text = yaml.safe_dump({"suite": "memory", "profiles": {"quick": {**quick, "training": {**quick["training"]}}}})
+    text = text.replace("learning_rate: 0.001", "learning_rate: 1e-3")
+    assert "learning_rate: 1e-3" in text
+    path.write_text(text)
+    _, profile = load_profile("memory", "quick", path)
+    assert profile.training.learning_rate == 0.001
+
+
+def test_a_key_given_twice_names_both_lines_but_merged_keys_may_be_given_again():
+    with pytest.raises(yaml.YAMLError, match=r"duplicate key 'b' \(first given on line 2\)\n  in .*, line 4"):
+        load_yaml_text("a:\n  b: 1\n  c: 2\n  b: 3\n")
+    # `<<:` merges a block; a key given after it changes what was merged (the shipped profiles do this).
+    assert load_yaml_text("x: &x {a: 1, b: 2}\ny:\n  <<: *x\n  a: 5\n") == {"x": {"a": 1, "b": 2}, "y": {"a": 5, "b": 2}}
+
+
+def test_a_bad_file_is_one_error_naming_it(tmp_path):
+    path = tmp_path / "s.yaml"
+    path.write_text("suite: memory\nsuite: ltsf\n")
+    with pytest.raises(ConfigError, match=rf"^{path}: invalid YAML: duplicate key 'suite' \(first given on line 1\)"):
+        read_yaml(path)
