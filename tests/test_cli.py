@@ -90,7 +90,7 @@ def test_bench_rsa_rejects_an_unknown_baseline_attention():
 def test_bench_rsa_names_the_head_layout_flags_when_the_layout_does_not_fit_the_heads():
     result = runner.invoke(app, ["bench", "rsa", "--heads", "3"])
     assert isinstance(result.exception, RecurbenchError)
-    assert str(result.exception) == "--k (0,2,2,0,2,2) fills 8 heads, but --heads is 3: give --k and --dilations for 3 heads"
+    assert str(result.exception) == "--k (0,2,2,0,2,2) fills 8 heads, but --heads is 3: give --k for 3 heads, or --heads 8"
 
 
 @pytest.mark.parametrize("attention", ["full", "prob"])
@@ -150,10 +150,23 @@ def test_sizes_below_their_minimum_are_refused_by_flag(args, message):
     assert str(result.exception) == message
 
 
-def test_total_timesteps_is_minigrid_only():
-    result = runner.invoke(app, ["run", "ltsf", "--total-timesteps", "1000"])
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["run", "ltsf", "--total-timesteps", "1000"], "--total-timesteps applies to the minigrid suite, not 'ltsf'"),
+        # These were ignored: the suite planned its usual runs and trained them.
+        (["run", "memory", "--datasets", "ETTh1"], "--datasets applies to the ltsf suite, not 'memory'"),
+        (["run", "memory", "--models", "lstm", "--pair", "A:B"], "--pair applies to the minigrid suite, not 'memory'"),
+        (["run", "langs", "--lengths", "10"], "--lengths applies to the memory suite, not 'langs'"),
+        (["run", "ltsf", "--tasks", "copy"], "--tasks applies to the memory suite, not 'ltsf'"),
+        (["run", "minigrid", "--languages", "parity"], "--languages applies to the langs suite, not 'minigrid'"),
+    ],
+)
+def test_another_suites_option_is_refused(args, message, tmp_path):
+    result = runner.invoke(app, [*args, "--dry-run", "--tracking-uri", f"sqlite:///{tmp_path}/m.db"])
     assert isinstance(result.exception, RecurbenchError)
-    assert "--total-timesteps applies to the minigrid suite, not 'ltsf'" in str(result.exception)
+    assert str(result.exception) == message
+    assert not (tmp_path / "m.db").exists()
 
 
 @pytest.mark.parametrize(

@@ -60,3 +60,67 @@ def test_the_bench_command_names_a_device_this_machine_lacks(monkeypatch):
     result = CliRunner().invoke(app, ["bench", "memory", "--cores", "lstm", "--lengths", "5", "--device", "cuda:1"])
     assert result.exit_code == 1
     assert str(result.exception).startswith("--device: 'cuda:1' asks for a GPU")
+
+
+def test_a_path_a_core_lacks_is_named_not_run_as_another():
+    from recurbench.bench.memory import missing_path
+    from recurbench.memory.models import SequenceModelConfig, build_model
+    from recurbench.memory.tasks import make_task
+
+    task = make_task("copy", 5)
+    model = {core: build_model(task, SequenceModelConfig(core)) for core in ("lstm", "sab", "memlstm", "memrnn")}
+    # SAB's memory grows every memory_stride steps: a compiled cell would recompile at every step.
+    assert missing_path(model["sab"], "compiled") == ("its state changes shape from step to step, so torch.compile "
+                                                      "would compile its cell again at every step")
+    assert missing_path(model["lstm"], "compiled") is None
+    # Only MemLSTM and MemRNN keep the whole sequence in memory: forward(path="history") steps the others.
+    assert missing_path(model["lstm"], "history") == missing_path(model["sab"], "history") == (
+        "only an attentive core whose memory keeps the whole sequence (memlstm, memrnn) has an append-only history")
+    assert missing_path(model["memlstm"], "history") is None and missing_path(model["memrnn"], "history") is None
+
+
+def test_sab_compiled_is_not_timed_and_never_compiled(monkeypatch):
+    import torch
+
+    from recurbench.bench import memory
+
+    monkeypatch.setattr(torch, "compile", lambda *a, **k: pytest.fail("torch.compile was called"))
+    rows = memory.bench_memory(("sab",), (5,), updates=1, paths=("step", "compiled"))
+    assert [(r["path"], r["skipped"]) for r in rows] == [
+        ("step", None),
+        ("compiled", "its state changes shape from step to step, so torch.compile would compile its cell again at "
+                     "every step"),
+    ]
+    assert rows[0]["steps_per_cpu_s"] > 0 and rows[1]["steps_per_cpu_s"] is None and rows[1]["steps_per_s"] is None
+
+
+def test_the_bench_command_refuses_a_path_no_chosen_core_has_before_anything_runs(monkeypatch):
+    from typer.testing import CliRunner
+
+    from recurbench.bench import memory
+    from recurbench.cli import app
+
+    monkeypatch.setattr(memory, "_timed_updates", lambda *a, **k: pytest.fail("something was timed"))
+    result = CliRunner().invoke(app, ["bench", "memory", "--cores", "lstm", "--lengths", "5", "--paths", "history"])
+    assert result.exit_code == 1
+    assert str(result.exception) == ("nothing to time: lstm has no history path: only an attentive core whose memory "
+                                     "keeps the whole sequence (memlstm, memrnn) has an append-only history")
+    result = CliRunner().invoke(app, ["bench", "memory", "--cores", "lstm,rnn", "--lengths", "5,6", "--paths", "history"])
+    assert str(result.exception).startswith("nothing to time: lstm, rnn have no history path: only an attentive core")
+
+
+def test_the_bench_table_marks_a_path_not_timed_and_says_why():
+    from typer.testing import CliRunner
+
+    from recurbench.cli import app
+
+    result = CliRunner().invoke(app, ["bench", "memory", "--cores", "sab", "--lengths", "5", "--updates", "1",
+                                      "--paths", "step,compiled"], env={"COLUMNS": "80"})
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    assert max(map(len, lines)) <= 80 and "dynamo" not in result.output
+    rows = [[c.strip() for c in line.split("│")[1:-1]] for line in lines if line.count("│") == 7]
+    assert [row[:3] for row in rows] == [["sab", "5", "step"], ["sab", "5", "compiled"]]
+    assert rows[0][5] == "-" and rows[1][3:] == ["-", "-", "-"]  # no compiled rate to compare the step loop with
+    assert ("- : not timed: sab has no compiled path: its state changes shape from step to step, so torch.compile "
+            "would compile its cell again at every step.") in " ".join(result.output.split())

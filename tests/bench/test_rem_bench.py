@@ -1,11 +1,18 @@
-"""bench rsa's timing: paired steps in alternating order, medians and the spread of the pair ratios."""
+"""bench rsa's timing (paired steps in alternating order, medians and the spread of the pair ratios), its head
+layout and its table; bench rem's fields."""
 
+import io
 import statistics
 
 import pytest
 import torch
+from rich.console import Console
+from typer.testing import CliRunner
 
 from recurbench.bench import rem as bench
+from recurbench.cli import app
+from recurbench.cli.bench import rsa_table
+from recurbench.errors import ConfigError
 
 
 def test_paired_steps_alternate_which_layer_goes_first_after_a_warm_up(monkeypatch):
@@ -73,3 +80,75 @@ def test_hbm_peak_is_twice_the_memory_clock_times_the_bus_width(monkeypatch):
     assert bench.hbm_peak_bandwidth(torch.device("cpu")) is None
     monkeypatch.setitem(sys.modules, "pynvml", None)  # not installed
     assert bench.hbm_peak_bandwidth(torch.device("cuda", 0)) is None
+
+
+def test_bench_rsa_checks_the_head_count_before_the_default_dilations():
+    # Six heads for a layer of eight: that is the mistake, not the default dilations the user never gave.
+    with pytest.raises(ConfigError) as info:
+        bench.rsa_head_config("2,2,2,0,0,0", None, 8)
+    assert str(info.value) == "--k 2,2,2,0,0,0 fills 6 heads, but --heads is 8: give --k for 8 heads, or --heads 6"
+    with pytest.raises(ConfigError) as info:
+        bench.rsa_head_config("2,2,2,0,0,0", "[24,24,24,24]", 8)
+    assert str(info.value) == ("--k 2,2,2,0,0,0 fills 6 heads, but --heads is 8: give --k and --dilations for 8 "
+                               "heads, or --heads 6")
+    result = CliRunner().invoke(app, ["bench", "rsa", "--k", "2,2,2,0,0,0"])
+    assert result.exit_code == 1
+    assert str(result.exception) == "--k 2,2,2,0,0,0 fills 6 heads, but --heads is 8: give --k for 8 heads, or --heads 6"
+
+
+def test_bench_rsa_default_dilations_follow_the_head_counts():
+    # Table 5's ETTh1 layout: 24 for each of its four dilated heads; another layout gets one 24 per dilated head.
+    assert bench.rsa_head_config("(0,2,2,0,2,2)", None, 8).dilations == (24, 24, 24, 24)
+    assert bench.rsa_head_config("(2,0,0,2,2,2)", None, 8).dilations == (24,) * 6
+    assert bench.rsa_head_config("(2,2,2,2,0,0)", None, 8).head_dilations() == (1, 1, 1, 1, 1, 1, 24, 24)
+    assert bench.rsa_head_config("(2,2,2,2,0,0)", "[48,12]", 8).dilations == (48, 12)
+    with pytest.raises(ConfigError, match=r"^need one dilation per dilated head \(k4\+k5\+k6 = 2\), got 0: \[\]$"):
+        bench.rsa_head_config("(2,2,2,2,0,0)", "-", 8)  # the user's own dilations: they are what is wrong
+
+
+RSA_RESULT = {
+    "seq_len": 32, "heads": 8, "head_dim": 64, "d_model": 512, "batch": 2, "k1_k6": (0, 2, 2, 0, 2, 2),
+    "dilations": (24, 24, 24, 24), "causal": False, "attention": "full", "impl": "default", "device": "cpu",
+    "threads": 1, "pairs": 3, "time_baseline_step_s": 0.0065923250003834255, "time_rsa_step_s": 0.00711,
+    "overhead_ratio": 1.078990492804271, "overhead_pct": 7.899049280427, "overhead_pct_paired_quartiles": [5.0, 7.9, 10.0],
+    "cpu_time_baseline_step_s": 0.0064, "cpu_time_rsa_step_s": 0.0072, "overhead_pct_cpu_time": 12.5,
+    "minor_page_faults_per_step": {"baseline": 1, "rsa": 1204}, "time_sdpa_alone_s": 0.0004,
+    "time_rsa_attention_s": 0.0016, "rsa_attention_vs_sdpa": 4.0,
+}
+
+
+def _rendered(renderable, width=80):
+    console = Console(width=width, file=io.StringIO())
+    console.print(renderable)
+    return console.file.getvalue()
+
+
+def test_bench_rsa_table_gives_times_in_ms_and_ratios_as_times_within_80_columns():
+    text = _rendered(rsa_table(RSA_RESULT))
+    lines = text.splitlines()
+    assert max(map(len, lines)) <= 80 and "…" not in text
+    assert lines[0].strip() == "RSA layer training step, B=2 T=32 H=8 D=64 (cpu, 1 thread)"
+    rows = {cells[0]: cells[1:] for line in lines if line.count("│") == 5
+            for cells in [[c.strip() for c in line.split("│")[1:-1]]]}
+    header = next(line for line in lines if line.count("┃") == 5)
+    assert [c.strip() for c in header.split("┃")[1:-1]] == ["", "baseline", "RSA", "RSA / baseline"]
+    assert rows == {
+        "training step": ["6.59 ms", "7.11 ms", "1.08×"],
+        "per-pair quartiles": ["", "", "1.05× / 1.08× / 1.1×"],
+        "CPU time": ["6.4 ms", "7.2 ms", "1.12×"],
+        "page faults/step": ["1", "1,204", "-"],
+        "attention core": ["0.4 ms", "1.6 ms", "4×"],
+    }
+    legend = " ".join(text.split())
+    assert "RSA: the same layer with REM heads k = (0,2,2,0,2,2), dilations [24,24,24,24]" in legend
+    assert "time_baseline_step_s" not in text and "overhead_ratio" not in text  # raw fields only under --json
+
+
+def test_bench_rsa_prints_that_table():
+    args = ["bench", "rsa", "--seq-len", "16", "--heads", "2", "--head-dim", "4", "--batch", "2", "--k", "(0,1,1,0,0,0)",
+            "--repeats", "1", "--threads", "1"]
+    result = CliRunner().invoke(app, args, env={"COLUMNS": "80"})
+    assert result.exit_code == 0, result.output
+    assert max(map(len, result.output.splitlines())) <= 80
+    assert "B=2 T=16 H=2 D=4" in result.output and "no dilated heads" in " ".join(result.output.split())
+    assert "time_baseline_step_s" not in result.output

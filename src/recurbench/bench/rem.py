@@ -42,7 +42,7 @@ import torch
 from recurbench.devices import describe_device, resolve_device, synchronize
 from recurbench.errors import ConfigError
 from recurbench.forecasters.layers.attention import AttentionLayer, ProbSparseAttention
-from recurbench.forecasters.layers.rsa import REMHeadConfig, RSAFullAttention, RSAMixer
+from recurbench.forecasters.layers.rsa import REMHeadConfig, RSAFullAttention, RSAMixer, parse_ints
 from recurbench.kernels.rem import IMPLS, rem_apply, resolve_impl
 
 QUICK_SEQ_LEN = 1024
@@ -310,6 +310,26 @@ def bench_rem_sweep(
 BASELINE_ATTENTIONS = ("full", "prob")
 """``bench rsa``'s baseline layers: softmax attention or Informer's ProbSparse."""
 
+TABLE5_DILATION = 24
+"""The dilation of every dilated head in Table 5's ETTh1 layout: ``bench rsa``'s default per dilated head."""
+
+
+def rsa_head_config(k1_k6: str, dilations: str | None, heads: int) -> REMHeadConfig:
+    """``--k`` and ``--dilations`` as the head layout of a layer of ``heads`` heads.
+
+    The head count is checked first: the dilations follow from the counts (one per dilated head,
+    k4 + k5 + k6), so a layout for the wrong number of heads is the mistake to report, not the
+    dilations that then no longer fit. ``dilations`` None: :data:`TABLE5_DILATION` for each dilated head."""
+    counts = parse_ints(k1_k6, "--k")
+    filled = sum(counts)
+    if len(counts) == 6 and filled not in (0, heads):  # a wrong length or all zeros: REMHeadConfig says so
+        flags = "--k" if dilations is None else "--k and --dilations"
+        raise ConfigError(f"--k {k1_k6} fills {filled} heads, but --heads is {heads}: give {flags} for {heads} "
+                          f"heads, or --heads {filled}")
+    if dilations is None:
+        return REMHeadConfig(k=counts, dilations=(TABLE5_DILATION,) * sum(counts[3:]))  # type: ignore[arg-type]
+    return REMHeadConfig.from_table5(k1_k6, dilations)
+
 
 def bench_rsa(
     seq_len: int = 96,
@@ -318,7 +338,7 @@ def bench_rsa(
     batch: int = 32,
     *,
     k1_k6: str = "(0,2,2,0,2,2)",
-    dilations: str = "[24,24,24,24]",
+    dilations: str | None = None,
     causal: bool = False,
     attention: str = "full",
     impl: str | None = None,
@@ -333,7 +353,8 @@ def bench_rsa(
     layer (ProbSparse, factor 5), which is what RSA-Informer's self-attention wraps.
 
     Defaults: Informer's size (d_model = 512, 8 heads, encoder input 96, batch 32) and its Table 5 head
-    configuration for ETTh1 (k = (0,2,2,0,2,2), d = [24,24,24,24]). ``impl`` forces a REM path (the
+    configuration for ETTh1 (k = (0,2,2,0,2,2), d = [24,24,24,24]); ``dilations`` None gives every
+    dilated head Table 5's 24 (:func:`rsa_head_config`). ``impl`` forces a REM path (the
     output mix through :func:`recurbench.kernels.rem.rem_apply`); ``None`` is the default. ``pairs``
     timed steps of each layer, alternating (see :func:`_paired_steps`); besides wall time, the CPU time
     of this process is reported (robust to other processes on shared cores).
@@ -346,10 +367,7 @@ def bench_rsa(
         raise ConfigError(f"--impl must be one of {', '.join(IMPLS)}, got {impl!r}")
     if attention not in BASELINE_ATTENTIONS:
         raise ConfigError(f"--attention must be one of {', '.join(BASELINE_ATTENTIONS)}, got {attention!r}")
-    heads_cfg = REMHeadConfig.from_table5(k1_k6, dilations)
-    if heads_cfg.n_heads != heads:
-        raise ConfigError(f"--k {k1_k6} fills {heads_cfg.n_heads} heads, but --heads is {heads}: give --k and "
-                          f"--dilations for {heads} heads")
+    heads_cfg = rsa_head_config(k1_k6, dilations, heads)
     torch.set_num_threads(threads)
     dev = resolve_device(device, what="--device")
     d_model = heads * head_dim

@@ -98,7 +98,9 @@ def bench_rsa_cmd(
     head_dim: Annotated[int, typer.Option("--head-dim", help="Head dimension (d_model = heads x head_dim).")] = 64,
     batch: Annotated[int, typer.Option("--batch", help="Batch size.")] = 32,
     k1_k6: Annotated[str, typer.Option("--k", help="REM head counts k1..k6 (Table 5 notation).")] = "(0,2,2,0,2,2)",
-    dilations: Annotated[str, typer.Option("--dilations", help="Dilations of the dilated heads, or '-'.")] = "[24,24,24,24]",
+    dilations: Annotated[str | None, typer.Option(
+        "--dilations", help="Dilations of the dilated heads (k4+k5+k6 of them), e.g. [48,24,48,24], or '-' for none "
+        "(default: 24 each, as Table 5's ETTh1 layout).")] = None,
     causal: Annotated[bool, typer.Option("--causal", help="Masked (decoder) self-attention.")] = False,
     attention: Annotated[
         str, typer.Option("--attention", help="Baseline layer: full (softmax attention) or prob (Informer's ProbSparse).")
@@ -121,7 +123,44 @@ def bench_rsa_cmd(
                        attention=attention, impl=impl, pairs=repeats, threads=threads, device=device)
     if as_json:
         return print_json(result)
-    console.print(table("RSA layer training step", ["field", "value"], [[k, v] for k, v in result.items()]))
+    console.print(rsa_table(result))
+
+
+_BASELINE_NAMES = {"full": "softmax attention", "prob": "Informer's ProbSparse attention"}
+
+
+def _count(x: float | None) -> str:
+    return "-" if x is None else f"{x:,.0f}"
+
+
+def rsa_table(result: dict[str, Any]) -> Any:
+    """``bench rsa``'s result as a person reads it: a row per measurement with the baseline's and the RSA
+    layer's times (ms, s) and their ratio (×), the layer's shape in the title and a legend for the terms."""
+    faults = result["minor_page_faults_per_step"] or {}
+    quartiles = " / ".join(times(1 + pct / 100) for pct in result["overhead_pct_paired_quartiles"])
+    body = [
+        ["training step", duration(result["time_baseline_step_s"]), duration(result["time_rsa_step_s"]),
+         times(result["overhead_ratio"])],
+        ["  per-pair quartiles", "", "", quartiles],
+        ["  CPU time", duration(result["cpu_time_baseline_step_s"]), duration(result["cpu_time_rsa_step_s"]),
+         times(result["cpu_time_rsa_step_s"] / result["cpu_time_baseline_step_s"])],
+        ["  page faults/step", _count(faults.get("baseline")), _count(faults.get("rsa")), "-"],
+        ["attention core", duration(result["time_sdpa_alone_s"]), duration(result["time_rsa_attention_s"]),
+         times(result["rsa_attention_vs_sdpa"])],
+    ]
+    impl = "the device's default" if result["impl"] == "default" else result["impl"]
+    k = ",".join(map(str, result["k1_k6"]))
+    dilations = f"dilations [{','.join(map(str, result['dilations']))}]" if result["dilations"] else "no dilated heads"
+    legend = (f"baseline: {_BASELINE_NAMES[result['attention']]} without REMs; RSA: the same layer with REM heads "
+              f"k = ({k}), {dilations}, REM path: {impl}. Medians of {result['pairs']} "
+              "alternating pairs of training steps (forward, backward, Adam); per-pair quartiles: of RSA / baseline "
+              "within each pair. attention core: the attention alone, forward and backward, no projections: SDPA "
+              "(baseline column) against the RSA layer's attention with its REM mix.")
+    mask = ", causal" if result["causal"] else ""
+    threads = f"{result['threads']} thread" + ("s" if result["threads"] != 1 else "")
+    title = (f"RSA layer training step, B={result['batch']} T={result['seq_len']} H={result['heads']} "
+             f"D={result['head_dim']}{mask} ({result['device']}, {threads})")
+    return table(title, ["", "baseline", "RSA", "RSA / baseline"], body, caption=legend)
 
 
 def bench_forecast_cmd(
@@ -289,7 +328,9 @@ def bench_memory_cmd(
     lengths: Annotated[list[str] | None, typer.Option("--lengths", help="Copy delays T (default: 500).")] = None,
     paths: Annotated[list[str] | None, typer.Option(
         "--paths", help="fast (the training path), step (the agents' step loop), compiled (a torch.compile'd "
-                        "cell), history (MemLSTM's append-only history); default: fast and compiled.")] = None,
+                        "cell), history (MemLSTM's and MemRNN's append-only history); default: fast and compiled. "
+                        "A path a core does not have (SAB's compiled cell, another core's history) is not timed; "
+                        "the table says why.")] = None,
     updates: Annotated[int, typer.Option("--updates", help="Timed updates per core, T and path (after one warm-up).")] = 3,
     threads: Annotated[int, typer.Option("--threads", help="torch threads.")] = 1,
     device: Annotated[str, typer.Option(
@@ -315,9 +356,25 @@ def bench_memory_cmd(
                             progress=lambda what: status.update(f"benchmarking {what}"))
     if as_json:
         return print_json(rows)
-    baseline = {(r["core"], r["T"]): r["steps_per_cpu_s"] for r in rows if r["path"] == chosen_paths[-1]}
-    header = ["core", "T", "path", "steps/CPU-s", "steps/s (wall)", f"vs {chosen_paths[-1]} (CPU)"]
-    body = [[r["core"], str(r["T"]), r["path"], f"{r['steps_per_cpu_s']:.0f}", f"{r['steps_per_s']:.0f}",
-             f"{r['steps_per_cpu_s'] / baseline[(r['core'], r['T'])]:.2f}x"] for r in rows]
-    console.print(table(f"memory-task training, copy, batch 10, width 128 ({threads} thread, {rows[0]['device']})",
-                        header, body))
+    console.print(memory_table(rows, chosen_paths[-1], threads))
+
+
+def memory_table(rows: list[dict[str, Any]], baseline_path: str, threads: int) -> Any:
+    """``bench memory``'s rows: rates per core, T and path, each against the core's ``baseline_path`` at
+    that T; a path not timed shows ``-`` and the legend says why."""
+    from recurbench.bench.memory import not_timed  # noqa: PLC0415 - torch
+    baseline = {(r["core"], r["T"]): r["steps_per_cpu_s"] for r in rows if r["path"] == baseline_path}
+    rate = lambda x: "-" if x is None else f"{x:.0f}"  # noqa: E731
+
+    def versus(r: dict[str, Any]) -> str:
+        base = baseline.get((r["core"], r["T"]))
+        return "-" if r["skipped"] or not base else times(r["steps_per_cpu_s"] / base)
+
+    header = ["core", "T", "path", "steps/CPU-s", "steps/s (wall)", f"vs {baseline_path} (CPU)"]
+    body = [[r["core"], str(r["T"]), r["path"], rate(r["steps_per_cpu_s"]), rate(r["steps_per_s"]), versus(r)]
+            for r in rows]
+    skipped = not_timed([(r["core"], r["path"], r["skipped"]) for r in rows])
+    legend = f"- : not timed: {'; '.join(skipped)}." if skipped else None
+    plural = "" if threads == 1 else "s"
+    return table(f"memory-task training, copy, batch 10, width 128 ({threads} thread{plural}, {rows[0]['device']})",
+                 header, body, caption=legend)

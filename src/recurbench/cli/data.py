@@ -15,13 +15,16 @@ from recurbench.cli.common import (
     print_json,
     table,
 )
-from recurbench.errors import DataError, RecurbenchError
+from recurbench.errors import DataError
 
 
 def data_list(data_dir: DataDirOpt = None, as_json: JsonOpt = False) -> None:
-    """Registered datasets and where (if anywhere) their files were found."""
+    """Registered datasets and where (if anywhere) their files were found; a --data-dir that does not
+    exist is an error, as in `data verify` and `run`."""
     from recurbench.data import DATASETS, locate  # noqa: PLC0415 - torch, pandas
+    from recurbench.data.registry import check_data_dir  # noqa: PLC0415 - torch, pandas
 
+    check_data_dir(data_dir)
     items = []
     for name in DATASETS:
         try:
@@ -41,17 +44,22 @@ def data_verify(
 ) -> None:
     """Check each dataset file's sha256 against the registry; exit 1 if any is missing or differs."""
     from recurbench.data import verify  # noqa: PLC0415 - torch, pandas
+    from recurbench.data.registry import check_data_dir  # noqa: PLC0415 - torch, pandas
 
+    check_data_dir(data_dir)  # one error, not a table of datasets all "missing"
     results = verify(names, data_dir)
     if as_json:
         print_json([{**r.__dict__, "path": str(r.path) if r.path else None} for r in results])
     else:
         colour = {"ok": "green", "mismatch": "red", "missing": "yellow"}
-        rows = [[r.name, Text(r.status, style=colour[r.status]), r.path or "-", r.message.splitlines()[0] if r.message else ""] for r in results]
+        # A missing file's message lists the folders searched and how to get it: the error below prints it whole.
+        detail = {"ok": "", "missing": "not found (see below)"}
+        rows = [[r.name, Text(r.status, style=colour[r.status]), r.path or "-", detail.get(r.status, r.message)]
+                for r in results]
         console.print(table("sha256 verification", ["name", "status", "path", "detail"], rows))
     bad = [r for r in results if r.status != "ok"]
     if bad:
-        raise RecurbenchError("; ".join(dict.fromkeys(r.message.splitlines()[0] for r in bad)))
+        raise DataError("\n".join(dict.fromkeys(r.message for r in bad)))
 
 
 def data_fetch(

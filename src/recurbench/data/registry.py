@@ -115,13 +115,18 @@ def search_dirs(data_dir: str | os.PathLike[str] | None = None) -> list[Path]:
     return dirs
 
 
+def check_data_dir(data_dir: str | os.PathLike[str] | None) -> None:
+    """Raise a :class:`DataError` if an explicit ``data_dir`` (``--data-dir``) is not an existing folder."""
+    if data_dir is not None and not Path(data_dir).expanduser().is_dir():
+        # An explicit folder that is not there is a typo, not a reason to read another copy.
+        raise DataError(f"data folder {data_dir} (--data-dir) does not exist")
+
+
 def locate(name: str, data_dir: str | os.PathLike[str] | None = None) -> Path:
     """Path of the registered dataset's file; a :class:`DataError` says where it looked if missing (or
     that an explicit ``data_dir`` does not exist: the search does not fall through to the others then)."""
     spec = get_spec(name)
-    if data_dir is not None and not Path(data_dir).expanduser().is_dir():
-        # An explicit folder that is not there is a typo, not a reason to read another copy.
-        raise DataError(f"data folder {data_dir} (--data-dir) does not exist")
+    check_data_dir(data_dir)
     dirs = search_dirs(data_dir)
     for folder in dirs:
         candidate = folder / spec.filename

@@ -103,8 +103,8 @@ class REMHeadConfig:
     @classmethod
     def from_table5(cls, k1_k6: str, dilations: str = "-", **kwargs) -> REMHeadConfig:
         """Parse Table 5's notation, e.g. ``from_table5("(0,2,2,0,2,2)", "[48,24,48,24]")``; ``"-"``: none."""
-        counts = _parse_ints(k1_k6, "k1..k6")
-        dil = () if dilations.strip() in ("-", "", "[]") else _parse_ints(dilations, "dilations")
+        counts = parse_ints(k1_k6, "k1..k6")
+        dil = () if dilations.strip() in ("-", "", "[]") else parse_ints(dilations, "dilations")
         return cls(k=counts, dilations=dil, **kwargs)
 
     @classmethod
@@ -113,7 +113,7 @@ class REMHeadConfig:
         return cls(k=(n_heads, 0, 0, 0, 0, 0), **kwargs)
 
 
-def _parse_ints(text: str, what: str) -> tuple[int, ...]:
+def parse_ints(text: str, what: str) -> tuple[int, ...]:
     body = text.strip().strip("()[]")
     parts = [p.strip() for p in body.split(",")] if body else []
     if not parts or not all(re.fullmatch(r"\d+", p) for p in parts):
