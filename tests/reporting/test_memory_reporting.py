@@ -4,9 +4,14 @@ and loss figures."""
 
 from __future__ import annotations
 
+import math
+import statistics
+
+import pandas as pd
 import pytest
 import torch
 import yaml
+from typer.testing import CliRunner
 
 from recurbench.memory.figures import gradient_figure
 from recurbench.reporting.by_suite import compare, write_report
@@ -121,24 +126,37 @@ def test_gradient_figure_keeps_eight_cores_apart():
     assert fig.axes[0].get_legend() is not None and not fig.legends
 
 
-def test_table5_layout_shows_how_far_an_unfinished_cell_got(tmp_path):
-    """A cell that no run finished shows its unfinished run's last held-out evaluation and its update,
-    running or stopped; an earlier attempt of the same configuration that a later one took over is
-    neither in the cell nor listed; a cell with a finished run shows that run alone. A run at other
-    settings than the profile's (a --set probe) stands in for no cell, and the list says how its
-    settings differ."""
-    from recurbench.reporting.runs import suite_shipped_settings
-    from recurbench.tracking import standard_tags
+class Table5Store:
+    """A store of the table5 profile's copy runs written by hand, each at the settings the profile ships
+    (or those with ``changed``); :meth:`attempt` without ``metrics`` is stopped (KILLED) as Ctrl-C does."""
 
-    tracker = MlflowTracker(f"sqlite:///{tmp_path / 'mlflow.db'}")
-    tracker.client.create_experiment(experiment_name("memory"), artifact_location=(tmp_path / "a").as_uri())
-    shipped = {(int(t["T"]), t["model"]): (t, p) for t, p in suite_shipped_settings("memory", "table5") if t["task"] == "copy"}
+    def __init__(self, root):
+        from recurbench.reporting.runs import suite_shipped_settings
 
-    def attempt(T, model, *, evaluations=(), metrics=None, **changed):
-        config, settings = shipped[(T, model)]
+        self.tracker = MlflowTracker(f"sqlite:///{root / 'mlflow.db'}")
+        self.tracker.client.create_experiment(experiment_name("memory"), artifact_location=(root / "a").as_uri())
+        self.shipped = {(int(t["T"]), t["model"]): (t, p) for t, p in suite_shipped_settings("memory", "table5")
+                        if t["task"] == "copy"}
+        self.parent = None
+
+    @property
+    def uri(self):
+        return self.tracker.tracking_uri
+
+    def invocation(self):
+        from recurbench.tracking import standard_tags
+
+        return self.tracker.run("memory-table5", experiment=experiment_name("memory"),
+                                tags=standard_tags(suite="memory", profile="table5", role="parent"))
+
+    def attempt(self, T, model, *, evaluations=(), metrics=None, **changed):
+        from recurbench.tracking import standard_tags
+
+        config, settings = self.shipped[(T, model)]
         tags = standard_tags(suite="memory", profile="table5", seed=0, **config)
         try:
-            with tracker.run(f"copy-T{T}-{model}-s0", experiment=experiment_name("memory"), parent=parent, tags=tags) as run:
+            with self.tracker.run(f"copy-T{T}-{model}-s0", experiment=experiment_name("memory"), parent=self.parent,
+                                  tags=tags) as run:
                 run.log_params({**settings, "seed": 0, **changed})
                 for update, accuracy in evaluations:
                     run.log_metrics({"eval_accuracy": accuracy, "eval_update": float(update)}, step=update)
@@ -148,17 +166,24 @@ def test_table5_layout_shows_how_far_an_unfinished_cell_got(tmp_path):
         except KeyboardInterrupt:
             pass
 
-    with tracker.run("memory-table5", experiment=experiment_name("memory"),
-                     tags=standard_tags(suite="memory", profile="table5", role="parent")) as parent:
-        attempt(100, "lstm", metrics={"accuracy": 0.41, "train_accuracy": 0.4, "updates": 200000.0, "solved": 0.0})
-        attempt(100, "lstm", evaluations=[(500, 0.3)], **{"training.batch_size": 128})  # a stopped probe
-        attempt(100, "sab", evaluations=[(500, 0.5)], **{"training.learning_rate": 0.001})  # the only SAB run at T = 100
-        attempt(200, "sab", evaluations=[(500, 0.1), (1000, 0.2)])  # stopped; then continued below
-        attempt(200, "sab", evaluations=[(500, 0.1), (1000, 0.2), (1500, 0.9613)])
-        attempt(500, "lstm", evaluations=[(500, 0.125)])
-        attempt(500, "rellstm")  # stopped before its first evaluation
 
-    comp = compare("memory", tracking_uri=tracker.tracking_uri)
+def test_table5_layout_shows_how_far_an_unfinished_cell_got(tmp_path):
+    """A cell that no run finished shows its unfinished run's last held-out evaluation and its update,
+    running or stopped; an earlier attempt of the same configuration that a later one took over is
+    neither in the cell nor listed; a cell with a finished run shows that run alone. A run at other
+    settings than the profile's (a --set probe) stands in for no cell, and the list says how its
+    settings differ."""
+    store = Table5Store(tmp_path)
+    with store.invocation() as store.parent:
+        store.attempt(100, "lstm", metrics={"accuracy": 0.41, "train_accuracy": 0.4, "updates": 200000.0, "solved": 0.0})
+        store.attempt(100, "lstm", evaluations=[(500, 0.3)], **{"training.batch_size": 128})  # a stopped probe
+        store.attempt(100, "sab", evaluations=[(500, 0.5)], **{"training.learning_rate": 0.001})  # the only SAB run at T = 100
+        store.attempt(200, "sab", evaluations=[(500, 0.1), (1000, 0.2)])  # stopped; then continued below
+        store.attempt(200, "sab", evaluations=[(500, 0.1), (1000, 0.2), (1500, 0.9613)])
+        store.attempt(500, "lstm", evaluations=[(500, 0.125)])
+        store.attempt(500, "rellstm")  # stopped before its first evaluation
+
+    comp = compare("memory", tracking_uri=store.uri)
     ((_, table),) = comp.tables
     cells = table.set_index("T")
     assert list(cells.index) == [100, 200, 500]
@@ -178,6 +203,76 @@ def test_table5_layout_shows_how_far_an_unfinished_cell_got(tmp_path):
     text = render(comp, "markdown").split("runs that did not finish")[1]
     assert "1,500" in text and "0.961" in text  # how far the listed runs got, formatted
     assert "training.batch_size 128 (shipped: 10)" in text
+
+
+def test_a_store_where_no_run_has_finished_yet_shows_how_far_each_got(tmp_path):
+    """The first long runs of a store, interrupted before any finished: compare and report show Table 5's
+    layout with how far each got and list the runs (the guide: "so the table can be watched while long
+    runs train"), rather than refusing the store for its want of a finished run. No aggregate table (there
+    is nothing to aggregate), and a note says why."""
+    from recurbench.cli import app
+
+    store = Table5Store(tmp_path)
+    with store.invocation() as store.parent:
+        store.attempt(100, "lstm", evaluations=[(500, 0.3), (1000, 0.4567)])
+        store.attempt(200, "rellstm")  # stopped before its first evaluation
+        store.attempt(500, "lstm", evaluations=[(500, 0.2)], **{"training.batch_size": 128})  # a probe: no cell
+
+    comp = compare("memory", tracking_uri=store.uri)
+    assert comp.cells.empty
+    ((title, table),) = comp.tables
+    assert title.endswith("beside Kerg et al.'s Table 5")  # the runs are at the paper's settings: no caveat
+    cells = table.set_index("T")
+    assert list(cells.index) == [100, 200]
+    assert cells.loc[100, "LSTM"] == "0.457 at 1,000\n(stopped)\npaper 1.00"
+    assert cells.loc[200, "RelLSTM"] == "no evaluation yet\n(stopped)\npaper 1.00"
+    assert sorted(comp.unresolved["name"]) == ["copy-T100-lstm-s0", "copy-T200-rellstm-s0", "copy-T500-lstm-s0"]
+    assert ("no run of profile 'table5' has finished yet, so there is nothing to aggregate over seeds; the runs that "
+            "did not finish are listed") in comp.notes
+    text = render(comp, "markdown")
+    assert [line for line in text.splitlines() if line.startswith("### ")] == [
+        "### copy: held-out accuracy per model and T, with the updates behind it, beside Kerg et al.'s Table 5",
+        "### runs that did not finish (not in the aggregates)"]
+    result = CliRunner().invoke(app, ["compare", "memory", "--tracking-uri", store.uri, "--format", "markdown"])
+    assert result.exit_code == 0, result.output
+    assert result.stdout == text
+    report = write_report("memory", tmp_path / "report", tracking_uri=store.uri, fmt="markdown", log_to_mlflow=False)
+    assert "| 100 | 0.457 at 1,000<br>(stopped)<br>paper 1.00 |" in report.path.read_text()
+    assert "loss curves: no finished run logged loss" in report.omitted
+
+
+def test_grouping_that_pools_settings_says_so_and_counts_read_as_counts(store):
+    """--by task,model puts RelLSTM's two kappa-sweep points (rho 1 and 3) into one cell: a note names the
+    pooled column and its values, so that the cell's std is not read as a spread over seeds. The updates
+    run are a count: whole numbers, with a std only where the runs differ."""
+    uri, metrics = store
+    comp = compare("memory", tracking_uri=uri, by=["task", "model"])
+    assert ("--by task,model pools runs at different settings into one cell, so its mean, std and n are over those "
+            "settings, not over seeds alone: rho 1, 3 (in 1 cell(s): copy/rellstm); add the key(s) to --by to keep "
+            "them apart") in comp.notes
+    assert cell_values(comp, "accuracy").loc[("copy", "rellstm")]["n"] == 4
+    # One configuration per cell: no note.
+    assert not any("pools" in note for note in compare("memory", tracking_uri=uri, by=["task", "model", "rho"]).notes)
+    text = render(comp, "markdown")
+    for model in ("lstm", "rnn", "rellstm"):
+        updates = [int(m["updates"]) for (_, core, _, _), m in metrics.items() if core == model]
+        mean, spread = statistics.mean(updates), statistics.stdev(updates)
+        shown = f"{mean:,.0f} (n={len(updates)})" if spread == 0 else f"{mean:,.0f} ± {spread:,.0f} (n={len(updates)})"
+        row = next(line for line in text.splitlines() if line.startswith(f"| copy | {model} |"))
+        assert row.split(" | ")[4] == shown, row
+
+
+def test_a_count_prints_as_a_whole_number():
+    from recurbench.reporting.render import format_cell
+
+    def cell(mean, std, n):
+        return format_cell(pd.Series({"mean": mean, "std": std, "n": n}, dtype=object), reference=False, sep="", integer=True)
+
+    assert cell(50.0, 0.0, 4) == "50 (n=4)"
+    assert cell(200000.0, math.nan, 1) == "200,000 (n=1)"
+    assert cell(12500.0, 3535.53, 2) == "12,500 ± 3,536 (n=2)"
+    assert cell(math.nan, math.nan, 0) == "—"
+    assert format_cell(pd.Series({"mean": 50.0, "std": 0.0, "n": 4}, dtype=object), reference=False, sep="") == "50.000 ± 0.000 (n=4)"
 
 
 def test_a_run_is_read_at_the_defaults_of_its_own_configuration(store, tmp_path):

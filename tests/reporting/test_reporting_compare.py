@@ -601,3 +601,66 @@ def test_an_unfinished_run_taken_over_by_a_later_attempt_is_not_listed(tmp_path)
     with store.live(2) as live:
         now = compare("ltsf", tracking_uri=tracker.tracking_uri)
         assert ids["s2 alone"] not in set(now.unresolved["run_id"]) and live.run_id in set(now.unresolved["run_id"])
+
+
+def test_a_suite_with_no_finished_run_yet_lists_its_runs(tmp_path):
+    """Runs that have not finished are no reason to refuse a store: compare lists them, with a note that
+    there is nothing to aggregate yet, and shows no table of empty aggregates (no win counts with only
+    the paper's side). An experiment without runs is still refused."""
+    from recurbench.tracking import MlflowTracker, experiment_name, standard_tags
+
+    tracker = MlflowTracker(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    tracker.client.create_experiment(experiment_name("ltsf"), artifact_location=(tmp_path / "a").as_uri())
+    with tracker.run("ltsf-quick", experiment=experiment_name("ltsf"),
+                     tags=standard_tags(suite="ltsf", profile="quick", role="parent")) as parent:
+        tags = standard_tags(suite="ltsf", profile="quick", seed=0, dataset="ETTh1", horizon=24, model="informer")
+        with pytest.raises(RuntimeError):
+            with tracker.run("ETTh1-24-informer-s0", experiment=experiment_name("ltsf"), parent=parent, tags=tags):
+                raise RuntimeError("out of memory")
+    for by in (None, ["model"]):
+        comp = compare("ltsf", tracking_uri=tracker.tracking_uri, by=by)
+        assert comp.cells.empty and comp.wins is None
+        assert list(comp.unresolved["name"]) == ["ETTh1-24-informer-s0"]
+        assert comp.notes[0] == ("no run of profile 'quick' has finished yet, so there is nothing to aggregate over "
+                                 "seeds; the runs that did not finish are listed")
+        md = render(comp, "markdown")
+        assert [line for line in md.splitlines() if line.startswith("### ")] == [
+            "### runs that did not finish (not in the aggregates)"]
+        assert "| ETTh1-24-informer-s0 | FAILED | ETTh1 | 24 | informer | 0 | RuntimeError: out of memory |" in md
+        assert render(comp, "csv").splitlines() == [",".join([*(by or ["dataset", "horizon", "model"]), "metric", "mean",
+                                                              "std", "n", *(["paper", "paper_std", "diff"] if not by else [])])]
+    tracker.client.create_experiment("no-runs", artifact_location=(tmp_path / "b").as_uri())
+    with pytest.raises(RecurbenchError, match=r"^experiment 'no-runs' in .* has no runs to compare$"):
+        compare("ltsf", tracking_uri=tracker.tracking_uri, experiment="no-runs")
+
+
+def test_grouping_that_leaves_out_a_configuration_key_names_what_it_pools(store):
+    by_model = compare("ltsf", tracking_uri=store.uri, by=["model"])
+    assert ("--by model pools runs at different settings into one cell, so its mean, std and n are over those "
+            "settings, not over seeds alone: horizon 24, 48 (in 2 cell(s): informer, rsa_informer); add the key(s) "
+            "to --by to keep them apart") in by_model.notes
+    assert "horizon 24, 48" in render(by_model, "markdown")
+    # Every configuration key kept, in another order or with a param: no note.
+    for by in (["model", "horizon", "dataset"], ["dataset", "horizon", "model", "seq_len"]):
+        assert not any("pools" in n for n in compare("ltsf", tracking_uri=store.uri, by=by).notes)
+
+
+def test_latex_keeps_a_dash_in_text_and_writes_n_a_only_for_a_missing_value(ltsf):
+    import pandas as pd
+
+    from recurbench.reporting.render import latex_table
+
+    tex = render(ltsf, "latex")
+    captions = [line for line in tex.splitlines() if line.startswith(r"\caption")]
+    assert captions[0] == (r"\caption{recurbench-ltsf (profile quick): test MSE/MAE over seeds --- " + ltsf.paper_caveat
+                           .replace("_", r"\_") + "}")
+    assert not any("n/a" in c for c in captions)
+    assert r"cells where RSA $\leq$ baseline (MSE and MAE; ties count as wins, as in the paper) --- ours only" in tex
+    # rsa_xl has no xl to stand beside: xl's cell is missing, the paper's value beside it is not.
+    xl = cell(ltsf, "mse", dataset="ETTh1", horizon=24, model="xl")
+    assert f"n/a; paper {xl['paper']:.3f}; $\\Delta$ n/a" in tex
+    table = latex_table(pd.DataFrame({"run": ["—", "stopped — out of memory", "paper —\nnext", None, "1–3"]}),
+                        "A – B — C")
+    assert table.splitlines()[2] == r"\caption{A -- B --- C}"
+    assert table.splitlines()[7:12] == [r"n/a \\", r"stopped --- out of memory \\", r"paper n/a; next \\", r"n/a \\",
+                                        r"1--3 \\"]

@@ -6,12 +6,13 @@ from __future__ import annotations
 import html
 import math
 import re
+from pathlib import Path
 
 import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from recurbench.errors import ConfigError
+from recurbench.errors import ConfigError, RecurbenchError
 from recurbench.reporting.by_suite import write_report
 from recurbench.reporting.rem import RemHead, parse_rem_params, rem_matrix
 
@@ -81,6 +82,41 @@ def test_cli_report_and_bad_format(store, tmp_path):
     assert (tmp_path / "report.html").is_file() and (tmp_path / "figures" / "minigrid_learning_curves.png").is_file()
     with pytest.raises(ConfigError, match="unknown report format 'pdf'"):
         write_report("minigrid", tmp_path, tracking_uri=store.uri, fmt="pdf")
+
+
+def test_an_out_path_that_cannot_hold_a_report_is_refused_by_name_before_anything_is_read(store, tmp_path):
+    """--out naming a file (or a folder under one, or where the system creates no folder) is one error
+    naming the path, raised before the store is read (a missing store is not even reported) and with
+    nothing written; a report that fails after its folder was made takes the folder away again."""
+    from recurbench.cli import app
+
+    afile = tmp_path / "afile"
+    afile.write_text("keep me")
+    missing = f"sqlite:///{tmp_path / 'never.db'}"
+    with pytest.raises(RecurbenchError, match=f"^--out {re.escape(str(afile))}: {re.escape(str(afile))} is a file, "
+                                              "not a folder$"):
+        write_report("minigrid", afile, tracking_uri=missing)
+    under = afile / "report"
+    with pytest.raises(RecurbenchError, match=f"^--out {re.escape(str(under))}: {re.escape(str(afile))} is a file, "
+                                              "not a folder to create it in$"):
+        write_report("minigrid", under, tracking_uri=missing, fmt="markdown")
+    taken = tmp_path / "taken"
+    (taken / "figures").parent.mkdir()
+    (taken / "figures").write_text("not a folder")
+    with pytest.raises(RecurbenchError, match=f"^--out {re.escape(str(taken))}: {re.escape(str(taken / 'figures'))} "
+                                              "is a file, where the report writes its figures$"):
+        write_report("minigrid", taken, tracking_uri=missing)
+    assert afile.read_text() == "keep me" and sorted(p.name for p in tmp_path.iterdir()) == ["afile", "taken"]
+    if Path("/proc/self").is_dir():  # Linux: procfs refuses a new folder, root or not
+        with pytest.raises(RecurbenchError, match="^--out /proc/nope: cannot create a folder there: "):
+            write_report("minigrid", "/proc/nope", tracking_uri=missing)
+    # A folder made for the report is taken away again when the report fails (here: no store).
+    with pytest.raises(RecurbenchError, match="no MLflow store"):
+        write_report("minigrid", tmp_path / "new" / "report", tracking_uri=missing)
+    assert not (tmp_path / "new").exists() and not (tmp_path / "never.db").exists()
+    result = CliRunner().invoke(app, ["report", "memory", "--out", str(afile), "--tracking-uri", store.uri, "--no-log"])
+    assert isinstance(result.exception, RecurbenchError) and str(result.exception) == (
+        f"--out {afile}: {afile} is a file, not a folder")
 
 
 def test_rem_matrices_follow_the_paper():

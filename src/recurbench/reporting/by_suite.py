@@ -26,7 +26,14 @@ from recurbench.reporting.compare import (
 )
 from recurbench.reporting.langs import langs_complete, langs_figures
 from recurbench.reporting.memory import memory_complete, memory_figures
-from recurbench.reporting.report import REPORT_FORMATS, FigureBuilder, Report, ltsf_figures, minigrid_figures
+from recurbench.reporting.report import (
+    REPORT_FORMATS,
+    FigureBuilder,
+    Report,
+    ltsf_figures,
+    minigrid_figures,
+    report_folder,
+)
 from recurbench.reporting.report import write_report as write_suite_report
 from recurbench.reporting.runs import SuiteRuns, load_runs
 
@@ -91,8 +98,10 @@ def write_report(
     if fmt not in REPORT_FORMATS:
         raise ConfigError(f"unknown report format {fmt!r}; choose one of: {', '.join(REPORT_FORMATS)}")
     spec = layout(suite)
-    runs = load_runs(
-        suite, spec.config_keys, tracking_uri=tracking_uri, experiment=experiment, profile=profile, settings=settings
-    )
-    return write_suite_report(runs, compare_runs(runs), SUITE_REPORTING[suite].figures, out, fmt=fmt,
+    with report_folder(out, fmt):  # a bad --out is refused before the store is read
+        runs = load_runs(
+            suite, spec.config_keys, tracking_uri=tracking_uri, experiment=experiment, profile=profile, settings=settings
+        )
+        comparison = compare_runs(runs)
+    return write_suite_report(runs, comparison, SUITE_REPORTING[suite].figures, out, fmt=fmt,
                               log_to_mlflow=log_to_mlflow)

@@ -5,7 +5,12 @@ a :class:`Comparison` of plain DataFrames; :mod:`.render` turns it into a
 terminal table, Markdown, CSV or LaTeX. Conventions:
 
 * only FINISHED runs are aggregated (see :mod:`.runs` for which runs count); the others are listed in
-  ``Comparison.failed``;
+  ``Comparison.failed``. A suite whose runs have not finished yet still has a comparison: no
+  aggregates, the runs listed (and, where the suite's tables can show an unfinished cell, as the
+  memory suite's Table 5 layout does, how far each got); only an experiment without runs is refused;
+* ``by`` keys that leave out one of the suite's configuration keys pool the runs that differ in it;
+  a note names each such key and the values pooled (``nu 2, 10``), so a cell's std is not read as
+  the spread over seeds alone;
 * per cell: mean, sample std (ddof 1) and n over seeds; for MiniGrid also the interquartile mean with
   a 95% bootstrap interval when a cell has at least 3 seeds;
 * a cell with no run stays NaN (shown as missing); nothing is filled or imputed;
@@ -53,6 +58,8 @@ class SuiteLayout:
     metrics: dict[str, str]
     """Logged metric name -> name in the comparison (LTSF's ``test_mse`` is the paper's ``mse``)."""
     integer_keys: tuple[str, ...] = ()
+    integer_metrics: tuple[str, ...] = ()
+    """Comparison names of metrics that count something (updates): shown as whole numbers."""
     progress: dict[str, tuple[str, str]] = field(default_factory=dict)
     """Logged metric name -> column of :attr:`Comparison.failed` and its format in a table: how far a
     run that did not finish got (its latest value; NaN where it logged none)."""
@@ -72,6 +79,7 @@ LAYOUTS: dict[str, SuiteLayout] = {
         ("task", "T", "model", "nu", "rho"),
         {"accuracy": "accuracy", "train_accuracy": "train_accuracy", "updates": "updates", "solved_at": "solved_at"},
         ("T",),
+        ("updates", "solved_at"),
         {"eval_accuracy": ("last_eval_accuracy", ".3f"), "eval_update": ("last_eval_update", ",.0f")},
     ),
 }
@@ -140,35 +148,23 @@ def compare_runs(runs: SuiteRuns, *, reference: str = "paper", by: Sequence[str]
     if by:
         check_unique(list(by), "key", "--by")
     failed = failed_frame(runs.unfinished, spec, runs.finished_as, runs.taken_over_by, runs.unfinished_settings)
-    if not runs.finished:
-        raise RecurbenchError(
-            f"experiment {runs.experiment!r} has no finished runs"
-            + (f" of profile {runs.profile!r}" if runs.profile else "")
-            + (f" ({len(runs.unfinished)} failed or unfinished: {', '.join(failed['name'].head(5))})" if len(failed) else "")
-        )
+    if not runs.finished and failed.empty:
+        raise RecurbenchError(f"experiment {runs.experiment!r} has no runs" + _of_profile(runs))
     keys = tuple(by) if by else spec.config_keys
-    notes = list(runs.notes)
-    if rerun := [f"{r.name} ({r.run_id[:8]}: finished as {runs.finished_as[r.run_id][:8]})"
-                 for r in runs.unfinished if r.run_id in runs.finished_as]:
-        notes.append(
-            f"{len(rerun)} run(s) that did not finish are not listed: the same configuration and seed finished "
-            f"in another run at the same settings: {', '.join(rerun[:3])}{', ...' if len(rerun) > 3 else ''}"
-        )
-    if later := [f"{r.name} ({r.run_id[:8]}: taken over by {runs.taken_over_by[r.run_id][:8]})"
-                 for r in runs.unfinished if r.run_id in runs.taken_over_by and r.run_id not in runs.finished_as]:
-        notes.append(
-            f"{len(later)} run(s) that did not finish are not listed: a later run of the same configuration, seed "
-            f"and settings took each over (continued it from its checkpoint, or started it again): "
-            f"{', '.join(later[:3])}{', ...' if len(later) > 3 else ''}"
-        )
+    notes = [*runs.notes, *_not_listed_notes(runs)]
     frame = runs_frame(runs.finished, spec, keys)
     dropped = frame[list(keys)].isna().any(axis=1)
     if dropped.any():
         notes.append(f"{int(dropped.sum())} finished run(s) without the tag(s) {', '.join(keys)} left out")
         frame = frame[~dropped]
-    if frame.empty:
+    if runs.finished and frame.empty:
         raise RecurbenchError(f"no finished run of {runs.experiment!r} carries the tag(s) {', '.join(keys)}")
+    if not runs.finished:
+        notes.append(f"no run{_of_profile(runs)} has finished yet, so there is nothing to aggregate over seeds; "
+                     "the runs that did not finish are listed")
     default = keys == spec.config_keys
+    if not default and (pooled := _pooled_note(frame, keys, spec)):
+        notes.append(pooled)
     cells = _aggregate(frame, keys, list(spec.metrics.values()), iqm=runs.suite == "minigrid")
     comparison = Comparison(
         suite=runs.suite,
@@ -184,11 +180,72 @@ def compare_runs(runs: SuiteRuns, *, reference: str = "paper", by: Sequence[str]
     if not default and reference == "paper":
         notes.append("the paper's values are shown only in the default layout (without --by)")
     if comparison.reference == "paper":
-        differences = paper_differences(SUITES[runs.suite](), ((r.tags, r.params) for r in runs.finished))
+        # The runs the tables show: the finished ones, and those that stand for a cell no run finished
+        # (at the settings shown; a run that logged no params yet says nothing about its settings).
+        waiting = set(comparison.unresolved.loc[comparison.unresolved["settings"] == "", "run_id"])
+        shown = [*runs.finished, *(r for r in runs.unfinished if r.run_id in waiting and r.params)]
+        differences = paper_differences(SUITES[runs.suite](), ((r.tags, r.params) for r in shown))
         comparison.paper_caveat = not_comparable(differences, runs.profile)
     if default and complete is not None:
         complete(comparison, reference, frame)
     return comparison
+
+
+def _of_profile(runs: SuiteRuns) -> str:
+    return f" of profile {runs.profile!r}" if runs.profile else ""
+
+
+def _not_listed_notes(runs: SuiteRuns) -> list[str]:
+    """Why runs that did not finish are left out of the list: the seed finished in another run, or a
+    later run took the attempt over."""
+    notes = []
+    if rerun := [f"{r.name} ({r.run_id[:8]}: finished as {runs.finished_as[r.run_id][:8]})"
+                 for r in runs.unfinished if r.run_id in runs.finished_as]:
+        notes.append(
+            f"{len(rerun)} run(s) that did not finish are not listed: the same configuration and seed finished "
+            f"in another run at the same settings: {', '.join(rerun[:3])}{', ...' if len(rerun) > 3 else ''}"
+        )
+    if later := [f"{r.name} ({r.run_id[:8]}: taken over by {runs.taken_over_by[r.run_id][:8]})"
+                 for r in runs.unfinished if r.run_id in runs.taken_over_by and r.run_id not in runs.finished_as]:
+        notes.append(
+            f"{len(later)} run(s) that did not finish are not listed: a later run of the same configuration, seed "
+            f"and settings took each over (continued it from its checkpoint, or started it again): "
+            f"{', '.join(later[:3])}{', ...' if len(later) > 3 else ''}"
+        )
+    return notes
+
+
+def _pooled_note(frame: pd.DataFrame, keys: Sequence[str], spec: SuiteLayout) -> str | None:
+    """What grouping by ``keys`` pools: each of the suite's configuration keys left out of ``keys`` that
+    takes more than one value within some cell, with those values and the cells (None when the cells
+    hold one configuration each, their runs differing only in seed)."""
+    if frame.empty:
+        return None
+    pooled: list[str] = []
+    cells: dict[str, None] = {}
+    for column in (k for k in spec.config_keys if k not in keys):
+        values: dict[str, None] = {}
+        for group, sub in frame.groupby(list(keys), sort=False, dropna=False):
+            distinct = list(dict.fromkeys(str(v) for v in sub[column]))
+            if len(distinct) > 1:
+                values.update(dict.fromkeys(distinct))
+                cells.setdefault("/".join(str(v) for v in (group if isinstance(group, tuple) else (group,))))
+        if values:
+            pooled.append(f"{column} {', '.join(sorted(values, key=_natural))}")
+    if not pooled:
+        return None
+    names = list(cells)
+    return (f"--by {','.join(keys)} pools runs at different settings into one cell, so its mean, std and n are over "
+            f"those settings, not over seeds alone: {'; '.join(pooled)} (in {len(names)} cell(s): "
+            f"{', '.join(names[:3])}{', ...' if len(names) > 3 else ''}); add the key(s) to --by to keep them apart")
+
+
+def _natural(value: str) -> tuple[int, float, str]:
+    """Numbers in numeric order, before any text (``-``, a name)."""
+    try:
+        return (0, float(value), value)
+    except ValueError:
+        return (1, 0.0, value)
 
 
 def runs_frame(records: Sequence[RunRecord], spec: SuiteLayout, keys: Sequence[str]) -> pd.DataFrame:
@@ -206,7 +263,8 @@ def runs_frame(records: Sequence[RunRecord], spec: SuiteLayout, keys: Sequence[s
             train, test = r.metrics.get("train_reward"), r.metrics.get("test_reward")
             row["generalisation_ratio"] = test / train if train and test is not None else math.nan
         rows.append(row)
-    return pd.DataFrame(rows)
+    columns = list(dict.fromkeys(["run_id", "seed", *keys, *spec.config_keys, *spec.metrics.values()]))
+    return pd.DataFrame(rows, columns=columns)  # the columns also when no run finished
 
 
 def _typed(key: str, value: str | None, spec: SuiteLayout) -> object:
@@ -232,7 +290,8 @@ def _aggregate(frame: pd.DataFrame, keys: Sequence[str], metrics: Sequence[str],
                 point, lo, hi = iqm_ci([values]) if s.n >= MIN_SEEDS_FOR_IQM else (math.nan,) * 3
                 row.update(iqm=point, iqm_lo=lo, iqm_hi=hi)
             rows.append(row)
-    cells = pd.DataFrame(rows)
+    columns = [*keys, "metric", "mean", "std", "n", *(("iqm", "iqm_lo", "iqm_hi") if iqm else ())]
+    cells = pd.DataFrame(rows, columns=columns)  # the columns also when no run finished
     cells["n"] = cells["n"].astype(int)
     return cells
 
@@ -268,7 +327,8 @@ def ltsf_complete(comp: Comparison, reference: str, frame: pd.DataFrame | None =
     # The paper's counts beside ours only where ours were made at its settings: a quick profile's
     # RSA-vs-baseline wins say nothing about the paper's 28/32.
     comparable = reference == "paper" and comp.paper_caveat is None
-    comp.wins = ltsf_wins(comp.cells[["dataset", "horizon", "model", "metric", "mean"]], paper if comparable else None)
+    if not ours.empty:  # no run finished: no counts (the paper's alone would stand beside nothing)
+        comp.wins = ltsf_wins(comp.cells[["dataset", "horizon", "model", "metric", "mean"]], paper if comparable else None)
 
 
 def _pair(wide: pd.DataFrame, base: str, rsa: str) -> pd.DataFrame:

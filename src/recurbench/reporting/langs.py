@@ -89,7 +89,7 @@ def langs_figures(runs: SuiteRuns, comp: Comparison, fig_dir: Path) -> tuple[lis
                            "Fraction of strings recognised correctly after the last epoch, per bucket of lengths, mean "
                            "over seeds, a line per model; dotted: the longest training length (bin 1 lies to its right)."))
     else:
-        omitted.append("accuracy by length: no run logged accuracy_by_length.json")
+        omitted.append("accuracy by length: no finished run logged accuracy_by_length.json")
 
     gates = pd.DataFrame(
         [(r.tags.get("language"), layer, v) for r in runs.finished for layer, v in _layer_gates(r.metrics).items()],

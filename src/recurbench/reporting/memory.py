@@ -330,14 +330,14 @@ def memory_figures(runs: SuiteRuns, comp: Comparison, fig_dir: Path) -> tuple[li
                                f"Norm of the gradient of the scored steps' loss with respect to each hidden state "
                                f"h_t, {when}, a curve per core; the shaded steps are scored. Cf. Kerg et al. App. C Fig. 3."))
         else:
-            omitted.append(f"gradient norms {when}: no run logged gradient_norms.json")
+            omitted.append(f"gradient norms {when}: no finished run logged gradient_norms.json")
     if (fig := kappa_figure(kappa_frame(runs))) is not None:
         built.append(_save(fig, fig_dir, "memory_kappa_tradeoff", "The κ = ν + ρ trade-off",
                            "RelLSTM at one task and T for several κ, ν or ρ held fixed (a line per sweep): held-out "
                            "accuracy (top) and the mean gradient norm over the data steps after training and at "
                            "initialisation (bottom, log). Cf. Kerg et al. App. C Fig. 3 and the rebuttal."))
     else:
-        omitted.append("κ trade-off: no run of a κ sweep (tag sweep)")
+        omitted.append("κ trade-off: no finished run of a κ sweep (tag sweep)")
     rows: list[tuple[Any, ...]] = []
     baselines: dict[tuple[str, int], float] = {}
     for r in runs.finished:
@@ -353,7 +353,7 @@ def memory_figures(runs: SuiteRuns, comp: Comparison, fig_dir: Path) -> tuple[li
                            "Cross-entropy over all steps against updates, mean over seeds; dotted: c ln(labels) / L, "
                            "the loss of a model that outputs blanks and guesses the data."))
     else:
-        omitted.append("loss curves: no run logged loss")
+        omitted.append("loss curves: no finished run logged loss")
     return built, omitted
 
 

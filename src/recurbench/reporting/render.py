@@ -1,13 +1,16 @@
 """Rendering a :class:`~recurbench.reporting.compare.Comparison` as text: a terminal table (rich),
 Markdown, CSV or LaTeX. Missing values print as ``—`` (``n/a`` in LaTeX, empty in CSV), never as a
-number.
+number; a dash in a title or a sentence stays a dash (LaTeX ``---``, ``--``).
 
-A cell reads ``mean ± std (n=k)``; beside the paper: ``mean ± std (n=k); paper p; Δ ours−paper``.
+A cell reads ``mean ± std (n=k)``; beside the paper: ``mean ± std (n=k); paper p; Δ ours−paper``. A
+metric that counts (the layout's ``integer_metrics``: updates) reads as whole numbers, ``50 (n=4)``,
+with ``± std`` only where its runs differ.
 """
 
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -37,23 +40,27 @@ class TextTable:
     frame: pd.DataFrame
 
 
-def _num(x: Any, digits: int = 3, signed: bool = False) -> str:
+def _num(x: Any, digits: int = 3, signed: bool = False, integer: bool = False) -> str:
     if x is None or (isinstance(x, float) and math.isnan(x)):
         return MISSING
+    if integer:  # a count: whole numbers, thousands apart (a mean over seeds rounds to one)
+        return f"{x:+,.0f}" if signed else f"{x:,.0f}"
     return f"{x:+.{digits}f}" if signed else f"{x:.{digits}f}"
 
 
-def format_cell(row: pd.Series, *, reference: bool, sep: str) -> str:
-    """``mean ± std (n=k)``, with the paper's value and the difference when ``reference``."""
+def format_cell(row: pd.Series, *, reference: bool, sep: str, integer: bool = False) -> str:
+    """``mean ± std (n=k)``, with the paper's value and the difference when ``reference``; with
+    ``integer`` (a count) as whole numbers, without ``± 0`` where every run has the same count."""
     if row["n"] == 0 or math.isnan(row["mean"]):
         ours = MISSING
-    elif math.isnan(row["std"]):
-        ours = f"{_num(row['mean'])} (n={row['n']})"
+    elif math.isnan(row["std"]) or (integer and row["std"] == 0):
+        ours = f"{_num(row['mean'], integer=integer)} (n={row['n']})"
     else:
-        ours = f"{_num(row['mean'])} ± {_num(row['std'])} (n={row['n']})"
+        ours = f"{_num(row['mean'], integer=integer)} ± {_num(row['std'], integer=integer)} (n={row['n']})"
     if not reference:
         return ours
-    return sep.join([ours, f"paper {_num(row.get('paper'))}", f"Δ {_num(row.get('diff'), signed=True)}"])
+    return sep.join([ours, f"paper {_num(row.get('paper'), integer=integer)}",
+                     f"Δ {_num(row.get('diff'), signed=True, integer=integer)}"])
 
 
 def _iqm_text(row: pd.Series) -> str:
@@ -65,29 +72,9 @@ def _iqm_text(row: pd.Series) -> str:
 def text_tables(comp: Comparison, *, sep: str = "; ") -> list[TextTable]:
     """The comparison as titled string tables: the main table, then win counts or the aggregate IQM,
     then the runs that did not finish."""
-    reference = comp.reference == "paper"
-    cells = comp.cells.copy()
-    cells["text"] = [format_cell(r, reference=reference, sep=sep) for _, r in cells.iterrows()]
-    label = f"{comp.experiment}" + (f" (profile {comp.profile})" if comp.profile else "")
     caveat = f" — {comp.paper_caveat}" if comp.paper_caveat else ""  # said beside the paper's values
-    tables: list[TextTable] = []
-    if comp.suite == "ltsf" and comp.default_layout:
-        cells["metric"] = cells["metric"].map(lambda m: _METRIC_LABELS.get(m, m))
-        wide = cells.pivot_table(index=["dataset", "horizon", "metric"], columns="model", values="text", aggfunc="first", sort=False)
-        wide = wide[list(dict.fromkeys(cells["model"]))]
-        tables.append(TextTable(f"{label}: test MSE/MAE over seeds{caveat}", wide.reset_index()))
-    else:
-        index = [k for k in comp.by]
-        cells["metric"] = cells["metric"].map(lambda m: _METRIC_LABELS.get(m, m))
-        metrics = list(dict.fromkeys(cells["metric"]))
-        wide = cells.pivot_table(index=index, columns="metric", values="text", aggfunc="first", sort=False)[metrics]
-        if "iqm" in cells:
-            iqm = cells.assign(iqm_text=[_iqm_text(r) for _, r in cells.iterrows()])
-            for metric in ("train reward", "test reward"):
-                sub = iqm[iqm["metric"] == metric].set_index(index)["iqm_text"]
-                if not sub.empty:
-                    wide[f"{metric} IQM [95% CI]"] = sub
-        tables.append(TextTable(f"{label}: mean over seeds{caveat}", wide.reset_index()))
+    # No run finished: no aggregates to show (a note says so), only the suite's own tables and the list.
+    tables = [] if comp.cells.empty else [_main_table(comp, sep, caveat)]
     tables += [TextTable(f"{title}{caveat}", frame) for title, frame in comp.tables]
     if comp.wins is not None:
         rows = []
@@ -120,6 +107,30 @@ def text_tables(comp: Comparison, *, sep: str = "; ") -> list[TextTable]:
         listed = listed.fillna("").astype(str)
         tables.append(TextTable("runs that did not finish (not in the aggregates)", listed))
     return tables
+
+
+def _main_table(comp: Comparison, sep: str, caveat: str) -> TextTable:
+    """The aggregates: LTSF's default layout a column per model, every other one a column per metric."""
+    counts = layout(comp.suite).integer_metrics
+    cells = comp.cells.copy()
+    cells["text"] = [format_cell(r, reference=comp.reference == "paper", sep=sep, integer=r["metric"] in counts)
+                     for _, r in cells.iterrows()]
+    cells["metric"] = cells["metric"].map(lambda m: _METRIC_LABELS.get(m, m))
+    label = f"{comp.experiment}" + (f" (profile {comp.profile})" if comp.profile else "")
+    if comp.suite == "ltsf" and comp.default_layout:
+        wide = cells.pivot_table(index=["dataset", "horizon", "metric"], columns="model", values="text", aggfunc="first", sort=False)
+        wide = wide[list(dict.fromkeys(cells["model"]))]
+        return TextTable(f"{label}: test MSE/MAE over seeds{caveat}", wide.reset_index())
+    index = list(comp.by)
+    metrics = list(dict.fromkeys(cells["metric"]))
+    wide = cells.pivot_table(index=index, columns="metric", values="text", aggfunc="first", sort=False)[metrics]
+    if "iqm" in cells:
+        iqm = cells.assign(iqm_text=[_iqm_text(r) for _, r in cells.iterrows()])
+        for metric in ("train reward", "test reward"):
+            sub = iqm[iqm["metric"] == metric].set_index(index)["iqm_text"]
+            if not sub.empty:
+                wide[f"{metric} IQM [95% CI]"] = sub
+    return TextTable(f"{label}: mean over seeds{caveat}", wide.reset_index())
 
 
 def _ratio(w: dict[str, Any], prefix: str) -> str:
@@ -171,14 +182,24 @@ def markdown_table(frame: pd.DataFrame) -> str:
 _LATEX_ESCAPES = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_", "{": r"\{", "}": r"\}"}
 
 
-def _latex(v: Any) -> str:
-    if _missing(v) or v == MISSING:
+#: A missing value inside a cell: ``—`` alone on its line or part, or right after a label (``paper —``,
+#: ``Δ —``), and nothing after it on that part. A dash within a sentence (``seeds — not comparable``)
+#: is punctuation.
+_MISSING_VALUE = re.compile(rf"(?:^|(?<=\n)|(?<=; )|(?<=\w ))(?:{MISSING})(?=$|\n|;)")
+_LATEX_SYMBOLS = {"±": r"$\pm$", "Δ": r"$\Delta$", "≤": r"$\leq$", "≥": r"$\geq$", "—": "---", "–": "--"}
+
+
+def _latex(v: Any, *, cell: bool = True) -> str:
+    """``v`` as LaTeX text: a missing value (in a ``cell``: :data:`_MISSING_VALUE`) as ``n/a``; a dash
+    in text as LaTeX's em dash (``---``) or en dash (``--``)."""
+    if _missing(v) or (cell and v == MISSING):
         return "n/a"
     text = "".join(_LATEX_ESCAPES.get(ch, ch) for ch in str(v))
-    return (
-        text.replace("±", r"$\pm$").replace("Δ", r"$\Delta$").replace("≤", r"$\leq$").replace("≥", r"$\geq$")
-        .replace(MISSING, "n/a").replace("\n", "; ")
-    )
+    if cell:
+        text = _MISSING_VALUE.sub("n/a", text)
+    for symbol, latex in _LATEX_SYMBOLS.items():
+        text = text.replace(symbol, latex)
+    return text.replace("\n", "; ")
 
 
 def latex_table(frame: pd.DataFrame, caption: str) -> str:
@@ -186,7 +207,7 @@ def latex_table(frame: pd.DataFrame, caption: str) -> str:
     lines = [
         r"\begin{table}[ht]",
         r"\centering",
-        rf"\caption{{{_latex(caption)}}}",
+        rf"\caption{{{_latex(caption, cell=False)}}}",
         r"\begin{tabular}{" + "l" * len(frame.columns) + "}",
         r"\toprule",
         " & ".join(_latex(c) for c in frame.columns) + r" \\",

@@ -23,7 +23,8 @@ import html
 import json
 import re
 import shutil
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -32,7 +33,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from recurbench.errors import ConfigError
+from recurbench.errors import ConfigError, RecurbenchError
 from recurbench.records import RunRecord
 from recurbench.reference import KERG_TABLE4_CAVEAT, RSA_PAIRS
 from recurbench.reporting import figures
@@ -42,6 +43,8 @@ from recurbench.reporting.render import MISSING, markdown_table, text_tables
 from recurbench.reporting.runs import SuiteRuns
 
 REPORT_FORMATS = ("html", "markdown")
+REPORT_FILES = {"html": "report.html", "markdown": "report.md"}
+FIGURES_FOLDER = "figures"
 MAX_FORECAST_SETTINGS = 4
 _GATE = re.compile(r"(^|[._/])gates?([._/]|$)")
 _FINAL = "final_"
@@ -80,11 +83,9 @@ def write_report(
     does this for a suite by name)."""
     if fmt not in REPORT_FORMATS:
         raise ConfigError(f"unknown report format {fmt!r}; choose one of: {', '.join(REPORT_FORMATS)}")
-    out = Path(out)
-    fig_dir = out / "figures"
-    fig_dir.mkdir(parents=True, exist_ok=True)
-    built, omitted = build(runs, comparison, fig_dir)
-    path = (_write_html if fmt == "html" else _write_markdown)(out, runs, comparison, built, omitted)
+    with report_folder(out, fmt) as folder:
+        built, omitted = build(runs, comparison, folder / FIGURES_FOLDER)
+        path = (_write_html if fmt == "html" else _write_markdown)(folder, runs, comparison, built, omitted)
     logged = None
     if log_to_mlflow and runs.latest_parent_id:
         for fig in built:
@@ -94,6 +95,47 @@ def write_report(
     elif log_to_mlflow:
         comparison.notes.append("no parent run found: figures not logged to MLflow")
     return Report(path, built, comparison, logged, omitted)
+
+
+def _not_a_folder(out: Path, fmt: str) -> str | None:
+    """Why a report cannot be written into ``out`` (its folder, ``figures/`` and report file), as far
+    as can be told without writing; None where nothing stands in the way."""
+    for path, folder in ((out / FIGURES_FOLDER, True), (out / REPORT_FILES[fmt], False)):
+        if path.is_dir() != folder and path.exists():
+            return f"{path} is {'a file' if folder else 'a folder'}, where the report writes its {path.name}"
+    above = out
+    while not above.exists():  # the folders to create: each one's parent must be a folder
+        above = above.parent
+    if not above.is_dir():
+        return f"{above} is a file, not a folder" if above == out else f"{above} is a file, not a folder to create it in"
+    return None
+
+
+@contextmanager
+def report_folder(out: str | Path, fmt: str) -> Iterator[Path]:
+    """``out`` with its ``figures/`` folder, created for a report before anything is read or drawn: a
+    path that cannot take one is refused by name (``--out``), and the folders this call created are
+    removed again, with what was written into them, when the report fails."""
+    out = Path(out)
+    if (reason := _not_a_folder(out, fmt)) is not None:
+        raise RecurbenchError(f"--out {out}: {reason}")
+    created = [p for p in (out / FIGURES_FOLDER, *(out / FIGURES_FOLDER).parents) if not p.exists()]
+    try:
+        (out / FIGURES_FOLDER).mkdir(parents=True, exist_ok=True)
+    except OSError as exc:  # a folder the system will not create one in (read-only, /proc)
+        _remove(created)
+        raise RecurbenchError(f"--out {out}: cannot create a folder there: {exc.strerror or exc}") from None
+    try:
+        yield out
+    except BaseException:
+        _remove(created)
+        raise
+
+
+def _remove(created: list[Path]) -> None:
+    """The outermost of the folders a report created, and everything in it."""
+    if created:
+        shutil.rmtree(created[-1], ignore_errors=True)
 
 
 def _save(fig: Any, fig_dir: Path, name: str, title: str, caption: str) -> Figure:
@@ -130,7 +172,7 @@ def ltsf_figures(runs: SuiteRuns, comp: Comparison, fig_dir: Path) -> tuple[list
         built.append(_save(fig, fig_dir, "ltsf_loss_curves", "Validation loss curves",
                            "Validation MSE per epoch, mean over seeds; baselines dashed, RSA variants solid in the same colour; ★ = test MSE."))
     else:
-        omitted.append("loss curves: no run logged val_loss")
+        omitted.append("loss curves: no finished run logged val_loss")
 
     gates = pd.DataFrame(
         [(r.tags.get("model"), layer, v) for r in runs.finished for layer, v in _layer_gates(r.metrics).items()],
@@ -140,7 +182,7 @@ def ltsf_figures(runs: SuiteRuns, comp: Comparison, fig_dir: Path) -> tuple[list
         built.append(_save(fig, fig_dir, "ltsf_rem_gates", "REM gate values per layer",
                            "σ(μ) per attention layer over all runs of each RSA model (box) and the runs themselves (dots); cf. RSA paper Fig. 3."))
     else:
-        omitted.append("gate box plots: no run logged a gate metric")
+        omitted.append("gate box plots: no finished run logged a gate metric")
 
     reps = _representatives(runs.finished, ("dataset", "horizon", "model"))
     for model in RSA_PAIRS.values():
@@ -158,7 +200,7 @@ def ltsf_figures(runs: SuiteRuns, comp: Comparison, fig_dir: Path) -> tuple[list
                 omitted.append(f"REM heatmaps for {model}: no REM parameters logged")
 
     if not _ltsf_forecasts(runs, reps, fig_dir, built):
-        omitted.append("forecast examples: no run logged a forecast artifact")
+        omitted.append("forecast examples: no finished run logged a forecast artifact")
     return built, omitted
 
 
@@ -272,7 +314,7 @@ def minigrid_figures(runs: SuiteRuns, comp: Comparison, fig_dir: Path) -> tuple[
         built.append(_save(fig, fig_dir, "minigrid_learning_curves", "Learning curves",
                            "Rollout reward vs environment steps on the training env, mean over seeds (band: min–max); ● final train reward, ★ test reward on the larger env."))
     else:
-        omitted.append("learning curves: no run logged rollout_reward")
+        omitted.append("learning curves: no finished run logged rollout_reward")
     if (fig := figures.generalisation_bars(cells)) is not None:
         built.append(_save(fig, fig_dir, "minigrid_generalisation", "Train small, test large",
                            "Final train and test reward per env pair and core (± std over seeds), with Kerg et al.'s "
@@ -331,7 +373,7 @@ def _write_html(out: Path, runs: SuiteRuns, comp: Comparison, built: list[Figure
     if omitted:
         parts.append("<h3>Figures left out</h3><ul>" + "".join(f"<li>{html.escape(o)}</li>" for o in omitted) + "</ul>")
     parts.append("</body></html>")
-    path = out / "report.html"
+    path = out / REPORT_FILES["html"]
     path.write_text("\n".join(parts), encoding="utf-8")
     return path
 
@@ -346,7 +388,7 @@ def _write_markdown(out: Path, runs: SuiteRuns, comp: Comparison, built: list[Fi
         parts += [f"### {fig.title}", "", f"![{fig.name}]({fig.path.relative_to(out).as_posix()})", "", fig.caption, ""]
     if omitted:
         parts += ["### Figures left out", "", *(f"- {o}" for o in omitted), ""]
-    path = out / "report.md"
+    path = out / REPORT_FILES["markdown"]
     path.write_text("\n".join(parts), encoding="utf-8")
     return path
 
