@@ -124,3 +124,25 @@ def test_the_bench_table_marks_a_path_not_timed_and_says_why():
     assert rows[0][5] == "-" and rows[1][3:] == ["-", "-", "-"]  # no compiled rate to compare the step loop with
     assert ("- : not timed: sab has no compiled path: its state changes shape from step to step, so torch.compile "
             "would compile its cell again at every step.") in " ".join(result.output.split())
+
+
+def test_the_table_gives_rates_and_ratios_as_times_within_80_columns():
+    from bench_tables import body, header, legend, rendered
+
+    from recurbench.cli.bench import memory_table
+
+    why = "its state changes shape from step to step, so torch.compile would compile its cell again at every step"
+    row = lambda core, path, cpu, wall, skipped=None: {  # noqa: E731
+        "core": core, "T": 500, "path": path, "steps_per_cpu_s": cpu, "steps_per_s": wall, "skipped": skipped,
+        "device": "cpu"}
+    rows = [row("lstm", "fast", 12345.67, 23456.7), row("lstm", "compiled", 6172.8, 7000.2),
+            row("sab", "fast", 1234.4, 1300.0), row("sab", "compiled", None, None, why)]
+    text = rendered(memory_table(rows, "compiled", 1))
+    assert max(map(len, text.splitlines())) <= 80 and "…" not in text
+    assert text.splitlines()[0].strip() == "memory-task training, copy, batch 10, width 128 (1 thread, cpu)"
+    assert header(text, 6) == ["core", "T", "path", "steps/CPU-s", "steps/s (wall)", "vs compiled (CPU)"]
+    assert body(text, 6) == [["lstm", "500", "fast", "12346", "23457", "2×"],
+                             ["lstm", "500", "compiled", "6173", "7000", "1×"],
+                             ["sab", "500", "fast", "1234", "1300", "-"],
+                             ["sab", "500", "compiled", "-", "-", "-"]]
+    assert legend(text) == f"- : not timed: sab has no compiled path: {why}."

@@ -1,12 +1,11 @@
 """bench rsa's timing (paired steps in alternating order, medians and the spread of the pair ratios), its head
 layout and its table; bench rem's fields."""
 
-import io
 import statistics
 
 import pytest
 import torch
-from rich.console import Console
+from bench_tables import body, header, legend, rendered
 from typer.testing import CliRunner
 
 from recurbench.bench import rem as bench
@@ -117,21 +116,13 @@ RSA_RESULT = {
 }
 
 
-def _rendered(renderable, width=80):
-    console = Console(width=width, file=io.StringIO())
-    console.print(renderable)
-    return console.file.getvalue()
-
-
 def test_bench_rsa_table_gives_times_in_ms_and_ratios_as_times_within_80_columns():
-    text = _rendered(rsa_table(RSA_RESULT))
+    text = rendered(rsa_table(RSA_RESULT))
     lines = text.splitlines()
     assert max(map(len, lines)) <= 80 and "…" not in text
     assert lines[0].strip() == "RSA layer training step, B=2 T=32 H=8 D=64 (cpu, 1 thread)"
-    rows = {cells[0]: cells[1:] for line in lines if line.count("│") == 5
-            for cells in [[c.strip() for c in line.split("│")[1:-1]]]}
-    header = next(line for line in lines if line.count("┃") == 5)
-    assert [c.strip() for c in header.split("┃")[1:-1]] == ["", "baseline", "RSA", "RSA / baseline"]
+    rows = {cells[0]: cells[1:] for cells in body(text, 4)}
+    assert header(text, 4) == ["", "baseline", "RSA", "RSA / baseline"]
     assert rows == {
         "training step": ["6.59 ms", "7.11 ms", "1.08×"],
         "per-pair quartiles": ["", "", "1.05× / 1.08× / 1.1×"],
@@ -139,8 +130,7 @@ def test_bench_rsa_table_gives_times_in_ms_and_ratios_as_times_within_80_columns
         "page faults/step": ["1", "1,204", "-"],
         "attention core": ["0.4 ms", "1.6 ms", "4×"],
     }
-    legend = " ".join(text.split())
-    assert "RSA: the same layer with REM heads k = (0,2,2,0,2,2), dilations [24,24,24,24]" in legend
+    assert "RSA: the same layer with REM heads k = (0,2,2,0,2,2), dilations [24,24,24,24]" in legend(text)
     assert "time_baseline_step_s" not in text and "overhead_ratio" not in text  # raw fields only under --json
 
 

@@ -133,6 +133,16 @@ def _count(x: float | None) -> str:
     return "-" if x is None else f"{x:,.0f}"
 
 
+def _rate(x: float | None) -> str:
+    """Steps per second, whole."""
+    return "-" if x is None else f"{x:.0f}"
+
+
+def _plural(n: int, one: str, many: str | None = None) -> str:
+    """``1 thread``, ``2 threads``."""
+    return f"{n:,} {one if n == 1 else many or one + 's'}"
+
+
 def rsa_table(result: dict[str, Any]) -> Any:
     """``bench rsa``'s result as a person reads it: a row per measurement with the baseline's and the RSA
     layer's times (ms, s) and their ratio (×), the layer's shape in the title and a legend for the terms."""
@@ -157,9 +167,8 @@ def rsa_table(result: dict[str, Any]) -> Any:
               "within each pair. attention core: the attention alone, forward and backward, no projections: SDPA "
               "(baseline column) against the RSA layer's attention with its REM mix.")
     mask = ", causal" if result["causal"] else ""
-    threads = f"{result['threads']} thread" + ("s" if result["threads"] != 1 else "")
     title = (f"RSA layer training step, B={result['batch']} T={result['seq_len']} H={result['heads']} "
-             f"D={result['head_dim']}{mask} ({result['device']}, {threads})")
+             f"D={result['head_dim']}{mask} ({result['device']}, {_plural(result['threads'], 'thread')})")
     return table(title, ["", "baseline", "RSA", "RSA / baseline"], body, caption=legend)
 
 
@@ -187,8 +196,25 @@ def bench_forecast_cmd(
     if json_out:
         print_json(result)
         return
-    rows = [[k, f"{v:.4g}" if isinstance(v, float) else str(v)] for k, v in result.items()]
-    console.print(table("bench forecast", ["quantity", "value"], rows))
+    console.print(forecast_table(result))
+
+
+def forecast_table(result: dict[str, Any]) -> Any:
+    """``bench forecast``'s result as a person reads it: a row per timing (ms, s), what was trained in the
+    title, the network's settings and how the epoch was timed in the legend."""
+    timed, total = result["timed_batches"], result["total_batches"]
+    body = [["training step (one batch)", duration(result["seconds_per_batch"])],
+            [f"training epoch ({total:,} batches)", duration(result["seconds_per_epoch"])]]
+    epoch = (f"the step's time x {total:,}, extrapolated (--max-batches)" if result["extrapolated"]
+             else "every batch timed")
+    legend = (f"The ltsf suite's paper settings: input window {result['seq_len']}, decoder start "
+              f"{result['label_len']}, {result['e_layers']} encoder + {result['d_layers']} decoder layers, d_model "
+              f"{result['d_model']}, batch {result['batch_size']}; {result['n_params']:,} parameters. training step: "
+              f"forward, MSE, backward and Adam on one batch, the mean of {_plural(timed, 'timed batch', 'timed batches')}"
+              f" after an untimed warm-up batch. training epoch: {epoch}.")
+    title = (f"{result['model']} training time on {result['dataset']}, horizon {result['horizon']} "
+             f"({result['device']}, {_plural(result['threads'], 'thread')})")
+    return table(title, ["", "time"], body, caption=legend)
 
 
 def bench_kernels_cmd(
@@ -282,16 +308,28 @@ def bench_rl_cmd(
                           progress=lambda what: status.update(f"benchmarking {what}"))
     if as_json:
         return print_json(result)
-    peer = result.get("fps_sb3_contrib")
-    rows = [
-        [core, f"{fps:.0f}", f"{result['ratio'][core]:.2f}x" if peer else "-", f"{result['fps_cpu'][core]:.0f}",
-         f"{result['ratio_cpu'][core]:.2f}x" if peer else "-"]
-        for core, fps in result["fps"].items()
-    ]
+    console.print(rl_table(result))
+
+
+def rl_table(result: dict[str, Any]) -> Any:
+    """``bench rl``'s result: steps per second and per CPU-second for each core and, where it was timed,
+    sb3-contrib's RecurrentPPO, each core's rates against the peer's as ratios (×), and a legend."""
+    s, peer = result["settings"], result.get("fps_sb3_contrib")
+    versus = lambda ratios, core: times(ratios[core]) if peer else "-"  # noqa: E731
+    rows = [[core, _rate(fps), versus(result.get("ratio"), core), _rate(result["fps_cpu"][core]),
+             versus(result.get("ratio_cpu"), core)] for core, fps in result["fps"].items()]
     if peer:
-        rows.append(["sb3-contrib RecurrentPPO (LSTM)", f"{peer:.0f}", "1.00x", f"{result['fps_sb3_contrib_cpu']:.0f}", "1.00x"])
-    header = ["agent", "steps/s (wall)", "vs sb3-contrib", "steps/CPU-s", "vs sb3-contrib (CPU)"]
-    console.print(table(f"PPO training steps/s on {env_id} ({n_envs} envs x {n_steps} steps)", header, rows, keys=1))
+        rows.append(["sb3-contrib", _rate(peer), times(1), _rate(result["fps_sb3_contrib_cpu"]), times(1)])
+    header = ["agent", "steps/s", "vs sb3-contrib", "steps/CPU-s", "vs sb3-contrib (CPU)"]
+    legend = (f"steps/s: environment steps per second (wall clock) of PPO's learn, rollouts and updates "
+              f"({_plural(s['n_epochs'], 'epoch')} of batch {s['batch_size']}, LSTM width {s['hidden_size']}), "
+              f"{s['total_steps']:,} timed per agent after a warm-up rollout; steps/CPU-s: per CPU-second of this "
+              f"process ({_plural(s['threads'], 'thread')}). sb3-contrib: its RecurrentPPO, LSTM policy, same "
+              "settings; vs sb3-contrib: a core's rate over sb3-contrib's.")
+    if not peer:
+        legend += " - : sb3-contrib not timed (--no-sb3-contrib)."
+    return table(f"PPO training steps/s on {s['env_id']} ({s['n_envs']} envs x {s['n_steps']} steps)", header, rows,
+                 caption=legend, keys=1)
 
 
 def bench_langs_cmd(
@@ -315,11 +353,20 @@ def bench_langs_cmd(
                            attention=routes, progress=lambda what: status.update(f"benchmarking {what}"))
     if as_json:
         return print_json(rows)
-    header = ["language", "model", "attention", "ms/batch", "batches/epoch", "score bin 0 (s)", "score bin 1 (s)",
-              "run (min)"]
-    body = [[r["language"], r["model"], r["attention"], f"{r['ms_per_batch']:.1f}", str(r["batches_per_epoch"]),
-             f"{r['score_bin0_s']:.2f}", f"{r['score_bin1_s']:.2f}", f"{r['run_s'] / 60:.1f}"] for r in rows]
-    console.print(table(f"langs recognisers, profile {profile} (1 thread each)", header, body, keys=3))
+    console.print(langs_table(rows, profile))
+
+
+def langs_table(rows: list[dict[str, Any]], profile: str) -> Any:
+    """``bench langs``'s rows: a row per language, model and attention route with the times (ms, s) of a
+    training batch, of scoring each test bin and of the run they imply, and a legend."""
+    header = ["language", "model", "attention", "batch", "batches", "bin 0", "bin 1", "run"]
+    body = [[r["language"], r["model"], r["attention"], duration(r["ms_per_batch"] / 1000), f"{r['batches_per_epoch']:,}",
+             duration(r["score_bin0_s"]), duration(r["score_bin1_s"]), duration(r["run_s"])] for r in rows]
+    legend = ("batch: one training step (forward, masked MSE, backward, Adam), the mean over the timed batches; "
+              "batches: per epoch; bin 0, bin 1: scoring the test strings of the training lengths, of the longer ones; "
+              "run: the run these imply, epochs x (batches x batch + scoring). attention: auto is the runs' routing, "
+              "products materialises the weights at every head width.")
+    return table(f"langs recognisers, profile {profile} (1 thread each)", header, body, caption=legend, keys=3)
 
 
 def bench_memory_cmd(
@@ -364,17 +411,15 @@ def memory_table(rows: list[dict[str, Any]], baseline_path: str, threads: int) -
     that T; a path not timed shows ``-`` and the legend says why."""
     from recurbench.bench.memory import not_timed  # noqa: PLC0415 - torch
     baseline = {(r["core"], r["T"]): r["steps_per_cpu_s"] for r in rows if r["path"] == baseline_path}
-    rate = lambda x: "-" if x is None else f"{x:.0f}"  # noqa: E731
 
     def versus(r: dict[str, Any]) -> str:
         base = baseline.get((r["core"], r["T"]))
         return "-" if r["skipped"] or not base else times(r["steps_per_cpu_s"] / base)
 
     header = ["core", "T", "path", "steps/CPU-s", "steps/s (wall)", f"vs {baseline_path} (CPU)"]
-    body = [[r["core"], str(r["T"]), r["path"], rate(r["steps_per_cpu_s"]), rate(r["steps_per_s"]), versus(r)]
+    body = [[r["core"], str(r["T"]), r["path"], _rate(r["steps_per_cpu_s"]), _rate(r["steps_per_s"]), versus(r)]
             for r in rows]
     skipped = not_timed([(r["core"], r["path"], r["skipped"]) for r in rows])
     legend = f"- : not timed: {'; '.join(skipped)}." if skipped else None
-    plural = "" if threads == 1 else "s"
-    return table(f"memory-task training, copy, batch 10, width 128 ({threads} thread{plural}, {rows[0]['device']})",
+    return table(f"memory-task training, copy, batch 10, width 128 ({_plural(threads, 'thread')}, {rows[0]['device']})",
                  header, body, caption=legend)
