@@ -63,20 +63,19 @@ def test_the_bench_command_names_a_device_this_machine_lacks(monkeypatch):
 
 
 def test_a_path_a_core_lacks_is_named_not_run_as_another():
-    from recurbench.bench.memory import missing_path
     from recurbench.memory.models import SequenceModelConfig, build_model
     from recurbench.memory.tasks import make_task
 
     task = make_task("copy", 5)
     model = {core: build_model(task, SequenceModelConfig(core)) for core in ("lstm", "sab", "memlstm", "memrnn")}
     # SAB's memory grows every memory_stride steps: a compiled cell would recompile at every step.
-    assert missing_path(model["sab"], "compiled") == ("its state changes shape from step to step, so torch.compile "
+    assert model["sab"].missing_path("compiled") == ("its state changes shape from step to step, so torch.compile "
                                                       "would compile its cell again at every step")
-    assert missing_path(model["lstm"], "compiled") is None
+    assert model["lstm"].missing_path("compiled") is None
     # Only MemLSTM and MemRNN keep the whole sequence in memory: forward(path="history") steps the others.
-    assert missing_path(model["lstm"], "history") == missing_path(model["sab"], "history") == (
+    assert model["lstm"].missing_path("history") == model["sab"].missing_path("history") == (
         "only an attentive core whose memory keeps the whole sequence (memlstm, memrnn) has an append-only history")
-    assert missing_path(model["memlstm"], "history") is None and missing_path(model["memrnn"], "history") is None
+    assert model["memlstm"].missing_path("history") is None and model["memrnn"].missing_path("history") is None
 
 
 def test_sab_compiled_is_not_timed_and_never_compiled(monkeypatch):

@@ -118,6 +118,18 @@ def test_memlstm_takes_the_history_only_when_it_keeps_the_whole_sequence(monkeyp
         short.core.episode_outputs(short.embed(tokens.t()))
 
 
+def test_a_compiled_path_for_a_core_whose_state_changes_shape_is_refused(monkeypatch):
+    # SAB's compiled cell recompiled at every stored state until dynamo's limit sent it to eager,
+    # with two dozen warnings: asked for explicitly, it is refused before anything is compiled.
+    monkeypatch.setattr(torch, "compile", lambda *a, **k: pytest.fail("torch.compile was called"))
+    task = make_task("copy", 5)
+    model = build_model(task, SequenceModelConfig("sab", hidden_size=12, attention_size=6, topk=2))
+    tokens = torch.as_tensor(task.sample(2, np.random.default_rng(0)).inputs)
+    with pytest.raises(ValueError, match=r"^MemorySequenceModel: the sab core has no compiled path: its state "
+                                         r"changes shape from step to step"):
+        model(tokens, path="compiled")
+
+
 def test_compiled_cell_path_steps_like_the_core(monkeypatch):
     # The compiled path's composition (reset, then cell) checked with dynamo's tracing only: inductor's
     # code generation takes a minute, its numerics are torch's business.

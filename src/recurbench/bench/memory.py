@@ -6,8 +6,8 @@ the plain step loop (``MemoryCore.step`` per symbol, as the agents step), the mo
 (``nn.LSTM``'s fused kernel for the LSTM; the whole-sequence function with its own backward for the
 attentive cores; the compiled cell for the others, when ``compile_core``), the compiled cell, and
 MemLSTM's append-only history. Steps per second = updates/s x L.
-A path a core does not have of its own (:func:`missing_path`: the compiled cell of a core whose state
-changes shape, the history of a core without one) is not timed: ``forward`` would quietly run another
+A path a core does not have of its own (``MemorySequenceModel.missing_path``: the compiled cell of a core
+whose state changes shape, the history of a core without one) is not timed: ``forward`` would quietly run another
 path, or torch.compile recompile at every step until it gives up and runs it eagerly. Its row says why.
 Wall-clock and CPU-time rates are both given: the latter is robust to other processes on the cores.
 On a GPU (``device``) the wall-clock rate is the one to read: the CPU time is the host's, launching.
@@ -22,10 +22,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from recurbench.agents.cores import AttentiveCore
 from recurbench.devices import describe_device, resolve_device, synchronize
 from recurbench.errors import ConfigError
-from recurbench.memory.models import PATHS, MemorySequenceModel, SequenceModelConfig, build_model
+from recurbench.memory.models import PATHS, SequenceModelConfig, build_model
 from recurbench.memory.tasks import make_task
 from recurbench.memory.training import sequence_loss
 
@@ -52,21 +51,6 @@ def _timed_updates(model: torch.nn.Module, inputs: torch.Tensor, targets: torch.
     return updates / (time.perf_counter() - start), updates / (time.process_time() - start_cpu)
 
 
-def missing_path(model: MemorySequenceModel, path: str) -> str | None:
-    """Why ``model``'s core has no ``path`` of its own (``forward`` would run another one), or None."""
-    core = model.core
-    if path == "compiled" and not core.compilable:
-        # SAB: its memory grows every memory_stride steps and its step reads the step count back from a
-        # tensor (a graph break), so every step is a new graph until dynamo's recompile limit sends it to eager.
-        return ("its state changes shape from step to step, so torch.compile would compile its cell again at "
-                "every step")
-    if path == "history" and not (isinstance(core, AttentiveCore) and core.keeps_whole_episode(model.seq_len)):
-        # The condition of MemorySequenceModel._history_outputs, which otherwise falls back to the step loop.
-        return ("only an attentive core whose memory keeps the whole sequence (memlstm, memrnn) has an "
-                "append-only history")
-    return None
-
-
 def _plan(cores: Sequence[str], lengths: Sequence[int], paths: Sequence[str]) -> list[tuple[int, str, str, str | None]]:
     """``(T, core, path, why not)`` for every combination, in the rows' order; a ConfigError naming each
     core and path when none of them can be timed."""
@@ -75,7 +59,7 @@ def _plan(cores: Sequence[str], lengths: Sequence[int], paths: Sequence[str]) ->
         task = make_task("copy", T)
         for core in cores:
             model = build_model(task, SequenceModelConfig(core))  # built, not run: which paths it has
-            plan.extend((T, core, path, missing_path(model, path)) for path in paths)
+            plan.extend((T, core, path, model.missing_path(path)) for path in paths)
     if all(why for *_, why in plan):
         raise ConfigError(f"nothing to time: {'; '.join(not_timed([(core, path, why) for _, core, path, why in plan]))}")
     return plan
@@ -108,7 +92,7 @@ def bench_memory(
     append-only history): ``updates_per_s``, ``steps_per_s`` (wall) and ``updates_per_cpu_s``,
     ``steps_per_cpu_s``, on ``device`` (``--device``: ``cpu``, the memory suite's default, ``cuda``, ...;
     off the CPU the attentive cores' fast path is their Python loop). A path the core does not have
-    (:func:`missing_path`) is not timed: its row has ``skipped`` (why; None on a timed row) and rates None.
+    (``MemorySequenceModel.missing_path``) is not timed: its row has ``skipped`` (why; None on a timed row) and rates None.
     A ConfigError when no combination can be timed, before anything runs."""
     if unknown := sorted(set(paths) - set(PATHS)):
         raise ValueError(f"bench_memory: unknown path(s) {', '.join(unknown)}; choose from {', '.join(PATHS)}")

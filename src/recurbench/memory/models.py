@@ -282,12 +282,28 @@ class MemorySequenceModel(nn.Module):
         out, _ = torch.func.functional_call(self._lstm_shell, weights, (x, (h0[None], c0[None])))
         return out
 
+    def missing_path(self, path: str) -> str | None:
+        """Why the core has no ``path`` of its own, or None: :meth:`forward` refuses ``compiled`` for a
+        core whose cell changes its state's shapes (``compilable`` False: torch.compile would compile
+        it again at every step until dynamo gives up), and runs the step loop for ``history`` where the
+        memory does not keep the whole sequence."""
+        if path == "compiled" and not self.core.compilable:
+            return ("its state changes shape from step to step, so torch.compile would compile its cell again at "
+                    "every step")
+        if path == "history" and not (isinstance(self.core, AttentiveCore)
+                                      and self.core.keeps_whole_episode(self.seq_len)):
+            return ("only an attentive core whose memory keeps the whole sequence (memlstm, memrnn) has an "
+                    "append-only history")
+        return None
+
     def forward(self, tokens: Tensor, *, fast: bool = True, path: str | None = None) -> Tensor:
         """Logits ``[B, L, C]`` of ``tokens`` [B, L] along ``path`` (:data:`PATHS`); by default the
         core's fastest (``fast``), ``fast=False`` the plain step loop (``step``)."""
         path = path or ("fast" if fast else "step")
         if path not in PATHS:
             raise ValueError(f"MemorySequenceModel: unknown path {path!r}; choose {', '.join(PATHS)}")
+        if path == "compiled" and (why := self.missing_path(path)):
+            raise ValueError(f"MemorySequenceModel: the {self.config.core} core has no compiled path: {why}")
         if path == "fast" and type(self.core) is LSTMCore:
             return self.head(self._fused_lstm(tokens).transpose(0, 1))
         if path == "fast" and isinstance(self.core, AttentiveCore | RNNCore | SABCore):
