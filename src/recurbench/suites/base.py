@@ -224,6 +224,16 @@ class SuiteDefinition(ABC):
         return ["run", "status", *keys], rows
 
 
+def in_profile_file(message: str, profile: BaseModel, source: str | os.PathLike[str], name: str) -> str:
+    """A plan's error about a key of the profile (``per_model.rnn.model.nonlinearity: ...``) as a schema
+    error reads: ``<file>: profiles.<name>.<key>: ...``; any other message (about ``--lengths``, a
+    ``--set``, a dataset) as it is."""
+    head, sep, _ = message.partition(": ")
+    if sep and " " not in head and head.split(".", 1)[0] in type(profile).model_fields:
+        return f"{source}: profiles.{name}.{message}"
+    return message
+
+
 def selected_names(
     selection: Mapping[str, Any], key: str, default: Sequence[str], known: Mapping[str, Any], what: str
 ) -> list[str]:

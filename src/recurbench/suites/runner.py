@@ -47,7 +47,14 @@ from recurbench.engine import EngineSpec, Session, check_device, open_session, t
 from recurbench.errors import ConfigError, RecurbenchError
 from recurbench.records import RunRecord, has_settings, logged_settings
 from recurbench.seeding import seed_everything
-from recurbench.suites.base import ProgressFn, RunOutcome, RunPlan, SuiteDefinition, SuiteResult
+from recurbench.suites.base import (
+    ProgressFn,
+    RunOutcome,
+    RunPlan,
+    SuiteDefinition,
+    SuiteResult,
+    in_profile_file,
+)
 from recurbench.suites.checkpoints import RESUMABLE_STATUSES, Checkpoint, find_checkpoint
 from recurbench.suites.registry import SUITES, load_profile
 from recurbench.tracking import (
@@ -61,6 +68,16 @@ from recurbench.tracking import (
     standard_tags,
     store_lock,
 )
+
+
+def _plan(definition: SuiteDefinition, cfg: Any, profile: str, config_path: str | os.PathLike[str] | None,
+          selection: Mapping[str, Any] | None, data_dir: str | None) -> list[RunPlan]:
+    """``definition.plan``; an error about a key of the profile named in its file, as a schema error is."""
+    try:
+        return definition.plan(cfg, dict(selection or {}), data_dir=data_dir)
+    except ConfigError as exc:
+        source = config_path if config_path is not None else definition.suite_path()
+        raise ConfigError(in_profile_file(str(exc), cfg, source, profile)) from None
 
 
 def run_suite(
@@ -100,7 +117,7 @@ def run_suite(
     # Serial: checked here, where the runs train. A Ray task resolves the device on its own machine.
     device_tag = (describe_device(definition.target_device(device)) if engine.kind == "serial"
                   else f"ray ({engine.gpus_per_run:g} GPU per run)")
-    plans = definition.plan(cfg, dict(selection or {}), data_dir=data_dir)
+    plans = _plan(definition, cfg, profile, config_path, selection, data_dir)
     if not plans:
         raise ConfigError(f"suite {name!r} profile {profile!r}: the selection leaves no run to do")
     experiment = experiment_name(name)
