@@ -235,6 +235,39 @@ def test_the_local_instance_takes_a_token_and_listens_on_loopback(tmp_path, monk
     assert "loopback only, token authentication" in capfd.readouterr().err
 
 
+def memory_monitor_setting() -> str | None:
+    """Run as a task: the memory monitor's setting its worker (and so its raylet) was started with."""
+    return os.environ.get("RAY_memory_monitor_refresh_ms")
+
+
+def test_the_store_writer_survives_its_process_and_no_memory_monitor_kills_for_others(tmp_path, monkeypatch):
+    """Seen in a real session: another process filled the machine (20 of 24 GB), Ray's memory monitor
+    killed this instance's training task and its store writer, and the driver ended with a traceback,
+    its runs left RUNNING. The command's own instance now runs without the monitor, and a writer whose
+    process dies is restarted, the write that met it retried."""
+    monkeypatch.delenv("RAY_memory_monitor_refresh_ms", raising=False)
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    with open_session(EngineSpec("ray", workers=1), MlflowTracker(uri)) as session:
+        settings: list[str | None] = []
+        session.map(memory_monitor_setting, [()], lambda _, result: settings.append(result),
+                    lambda _, reason: pytest.fail(reason))
+        assert settings == ["0"]
+        tracker = session.tracker
+        with tracker.run("survivor", experiment="recurbench-writer", tags={"role": "test"}) as run:
+            run.log_metrics({"loss": 1.0}, step=0)
+            ray.kill(tracker.writer, no_restart=False)  # as an OOM kill: the actor's process dies
+            run.log_metrics({"loss": 0.5}, step=1)
+            run.set_tags({"after": "restart"})
+    assert "RAY_memory_monitor_refresh_ms" not in os.environ  # the user's environment, as it was
+    from mlflow.tracking import MlflowClient  # noqa: PLC0415 - as the other tests read the store
+
+    client = MlflowClient(uri)
+    (stored,) = client.search_runs([client.get_experiment_by_name("recurbench-writer").experiment_id])
+    assert stored.info.status == "FINISHED" and stored.data.tags["after"] == "restart"
+    assert [m.value for m in client.get_metric_history(stored.info.run_id, "loss")] == [1.0, 0.5]
+
+
 _TOKEN_PROBE = """
 import os, sys
 from ray._raylet import AuthenticationTokenLoader, GcsClient

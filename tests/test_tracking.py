@@ -194,6 +194,38 @@ def _read_only_folder(tmp_path):
     return None
 
 
+_KILLED_MID_WRITE = """
+import os, signal, sqlite3, sys
+db = sqlite3.connect(sys.argv[1], isolation_level=None)
+db.execute("CREATE TABLE t (x)")
+db.execute("INSERT INTO t VALUES (0)")
+db.execute("PRAGMA cache_size = 1")  # the pages spill into the file before the commit
+db.execute("BEGIN")
+for _ in range(2000):
+    db.execute("INSERT INTO t VALUES (?)", ("x" * 500,))
+os.kill(os.getpid(), signal.SIGKILL)  # killed in the middle of the write: a hot journal is left
+"""
+
+
+@pytest.mark.parametrize("write", [True, False])
+def test_a_store_left_by_a_process_killed_mid_write_is_recovered_not_refused(tmp_path, write):
+    """A driver or store writer killed during a write leaves a journal beside the database. The store
+    check opened it read-only, which cannot roll that journal back: every later command refused the
+    store as "not a readable SQLite database". SQLite rolls it back on a read-write open."""
+    import sqlite3
+    import subprocess
+    import sys
+
+    from recurbench.tracking import check_store
+
+    path = tmp_path / "mlflow.db"
+    subprocess.run([sys.executable, "-c", _KILLED_MID_WRITE, str(path)], check=False, timeout=120)
+    assert (tmp_path / "mlflow.db-journal").stat().st_size > 0
+    check_store(f"sqlite:///{path}", write=write)
+    with sqlite3.connect(path) as db:  # the killed write is undone, the committed one kept
+        assert db.execute("SELECT count(*) FROM t").fetchone() == (1,)
+
+
 def test_store_failures_are_one_line_naming_the_store(tmp_path):
     """An unreachable server, a corrupt database and a read-only folder each fail at once, naming the
     store, before anything is written (MLflow itself retries for minutes or prints a traceback)."""

@@ -376,7 +376,10 @@ def open_session(spec: EngineSpec, tracker: Tracker) -> Iterator[Session]:
         session_tracker: Tracker = tracker
         writer = None
         if is_local_store(tracker.tracking_uri):
-            writer = ray.remote(StoreWriter).options(num_cpus=0, max_restarts=0).remote(tracker.tracking_uri)
+            # Restarted, and its calls retried, if its process dies (the writer holds nothing but its
+            # client): a killed writer ended the command with a traceback and left its runs RUNNING.
+            writer = ray.remote(StoreWriter).options(num_cpus=0, max_restarts=-1,
+                                                     max_task_retries=-1).remote(tracker.tracking_uri)
             session_tracker = WriterTracker(writer, tracker.tracking_uri)
         try:
             yield RaySession(spec, session_tracker, ray)
@@ -445,6 +448,11 @@ def _local_only_settings() -> Iterator[None]:
       Windows). The variable reaches the raylet and the workers; Ray read it into ``ray_constants``
       when this process imported it, hence the patch of that module's copy too.
     * ``RAY_ADDRESS`` removed, so that nothing in the instance attaches elsewhere.
+    * Ray's memory monitor off (``RAY_memory_monitor_refresh_ms=0``, unless the user's environment sets
+      it): it kills this instance's workers, the training and the store writer, when the *machine* is
+      nearly full, whoever fills it. Beside another process that took 20 GB of a 24 GB machine it
+      killed both. A worker that itself exhausts the memory is killed by the system's OOM killer instead,
+      and retried as any worker that died.
     * ``PYTHONPATH`` extended by the folders this process finds plugins in that a fresh interpreter
       would not search (:func:`recurbench.plugins.plugin_paths`): the workers then load the plugins the
       driver planned with (entry points of a package installed into such a folder, ``module:Class``).
@@ -453,7 +461,8 @@ def _local_only_settings() -> Iterator[None]:
     from ray._raylet import Config  # noqa: PLC0415 - Ray is optional (the ray extra)
 
     saved_env = {name: os.environ.get(name) for name in ("RAY_AUTH_MODE", "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER",
-                                                          "RAY_ADDRESS", "PYTHONPATH")}
+                                                          "RAY_ADDRESS", "PYTHONPATH", "RAY_worker_niceness",
+                                                          "RAY_memory_monitor_refresh_ms")}
     saved_flag = ray_constants.ENABLE_RAY_CLUSTER
     if extra := plugin_paths():
         os.environ["PYTHONPATH"] = os.pathsep.join([*filter(None, (saved_env["PYTHONPATH"] or "").split(os.pathsep)),
@@ -463,6 +472,7 @@ def _local_only_settings() -> Iterator[None]:
     os.environ.pop("RAY_ADDRESS", None)
     # Ray starts its workers at nice 15 by default; training runs at the priority the command has.
     os.environ.setdefault("RAY_worker_niceness", "0")
+    os.environ.setdefault("RAY_memory_monitor_refresh_ms", "0")
     ray_constants.ENABLE_RAY_CLUSTER = False
     Config.initialize("")  # this process's copy of Ray's settings: it read RAY_AUTH_MODE at import
     try:

@@ -475,8 +475,13 @@ def check_sqlite_file(path: Path, what: str, *, write: bool = True) -> None:
     if path.exists():
         if not path.is_file():
             raise ConfigError(f"{what}: {path} is not a file")
+        # Read-write where this process may write it: a journal left by a process killed in the middle of
+        # a write (a hot journal) is rolled back on that open, as MLflow's own would. A read-only open
+        # cannot roll it back and fails ("attempt to write a readonly database"): the store was refused
+        # as unreadable after a killed driver or store writer.
+        mode = "rw" if os.access(path, os.R_OK | os.W_OK) else "ro"
         try:
-            with sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=10) as db:
+            with sqlite3.connect(f"file:{path}?mode={mode}", uri=True, timeout=10) as db:
                 db.execute("PRAGMA schema_version").fetchone()
         except sqlite3.Error as exc:
             raise ConfigError(f"{what}: {path} is not a readable SQLite database ({exc})") from None
