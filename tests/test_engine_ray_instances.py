@@ -235,6 +235,17 @@ def test_the_local_instance_takes_a_token_and_listens_on_loopback(tmp_path, monk
     assert "loopback only, token authentication" in capfd.readouterr().err
 
 
+def test_a_run_wider_than_this_machine_is_refused_before_ray_starts(tmp_path, monkeypatch):
+    # --cpus-per-run 5 on a 2-core machine started an instance of 5 "CPUs" and trained with 5 threads.
+    monkeypatch.setattr(os, "cpu_count", lambda: 2)
+    with pytest.raises(ConfigError, match=r"^--cpus-per-run 5: this machine has 2 CPUs, fewer than one run would "
+                                          r"reserve .*; give --cpus-per-run 2 or less, or --address for a cluster$"):
+        with open_session(EngineSpec("ray", workers=1, cpus_per_run=5), MlflowTracker(f"sqlite:///{tmp_path}/m.db")):
+            pass
+    assert not ray.is_initialized()
+    assert list(tmp_path.iterdir()) == []  # refused before the store was opened
+
+
 def memory_monitor_setting() -> str | None:
     """Run as a task: the memory monitor's setting its worker (and so its raylet) was started with."""
     return os.environ.get("RAY_memory_monitor_refresh_ms")

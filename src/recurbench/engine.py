@@ -371,6 +371,8 @@ def open_session(spec: EngineSpec, tracker: Tracker) -> Iterator[Session]:
     check_cluster_store(spec, tracker.tracking_uri)
     if spec.cluster_address is not None:
         check_reachable(spec.cluster_address)  # a dead address is reported before the store is opened
+    elif not ray.is_initialized():
+        check_fits_here(spec)
     tracker.open()  # a bad store fails here, before Ray starts
     with ray_instance(ray, spec):
         session_tracker: Tracker = tracker
@@ -485,6 +487,16 @@ def _local_only_settings() -> Iterator[None]:
             else:
                 os.environ[name] = value
         Config.initialize("")
+
+
+def check_fits_here(spec: EngineSpec) -> None:
+    """Refuse a run wider than this machine for a local instance, which is sized to the request: it
+    would reserve (and train with, as torch threads) more CPUs than there are."""
+    cores = os.cpu_count() or 1
+    if spec.cpus_per_run > cores:
+        raise ConfigError(f"--cpus-per-run {spec.cpus_per_run:g}: this machine has {cores} CPU"
+                          f"{'s' if cores != 1 else ''}, fewer than one run would reserve (and train with, as "
+                          f"torch threads); give --cpus-per-run {cores} or less, or --address for a cluster")
 
 
 def _start_local(ray: Any, spec: EngineSpec, elsewhere: str | None) -> str:

@@ -200,6 +200,11 @@ def test_dataset_is_cached_under_its_settings_and_digest_checked(tmp_path, monke
         (LangDataSpec("parity", 10, 5, (2, 4), (51, 100)),
          r"train_window: \[2, 4\] holds 14 distinct strings of parity, fewer than the 15 that train \+ bin 0 need"),
         (LangDataSpec("parity", 0, 10, (2, 50), (51, 100)), r"train_size: must be an integer >= 1, got 0"),
+        # Bin 1 measures generalisation to longer strings: these trained and reported a "bin 1" that was not.
+        (LangDataSpec("parity", 10, 10, (2, 50), (10, 20)), r"bin1_window: bin 1 holds the strings longer than "
+                                                            r"training's, so it must start above train_window's "
+                                                            r"longest length 50, got \[10, 20\]"),
+        (LangDataSpec("parity", 10, 10, (2, 50), (50, 100)), r"bin1_window: .* longest length 50, got \[50, 100\]"),
     ],
 )
 def test_bad_settings_name_the_culprit(tmp_path, spec, message):

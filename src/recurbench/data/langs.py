@@ -383,7 +383,8 @@ class LangDataSpec:
 
     def check(self, where: str = "") -> None:
         """A :class:`ConfigError` naming the culprit for an unknown language, a size below 1, an empty
-        or inverted window, or more strings asked of a window than it holds."""
+        or inverted window, more strings asked of a window than it holds, or a bin 1 that is not longer
+        than the training strings."""
         prefix = f"{where}: " if where else ""
         lang = get_language(self.language, where)
         for name in ("train_size", "test_size", "seed"):
@@ -412,6 +413,10 @@ class LangDataSpec:
                     f"{prefix}{name}: [{lo}, {hi}] holds {held} distinct strings of {self.language}, fewer than "
                     f"the {size} that {what} need"
                 )
+        if self.bin1_window[0] <= self.train_window[1]:  # bin 1 tests longer strings than any trained on
+            raise ConfigError(
+                f"{prefix}bin1_window: bin 1 holds the strings longer than training's, so it must start above "
+                f"train_window's longest length {self.train_window[1]}, got {list(self.bin1_window)}")
 
     def as_dict(self) -> dict[str, Any]:
         return {**asdict(self), "train_window": list(self.train_window), "bin1_window": list(self.bin1_window)}
