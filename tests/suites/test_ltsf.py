@@ -121,6 +121,38 @@ def test_bad_selection_fails_before_training(selection, message, data_dir):
     assert tracker.runs == []  # nothing started
 
 
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        # Both named no key: "label_len (100) cannot exceed seq_len (48)", "ETTh1 horizon 24 informer: attention ...".
+        (["windows.ETTh1.24.label_len=100"],
+         r"^--set windows\.ETTh1\.24\.label_len=100: label_len \(100\) cannot exceed seq_len \(48\) \(ETTh1 horizon 24\)$"),
+        (["model.attention=foo"],
+         r"^--set model\.attention=foo: attention must be 'prob' or 'full', got 'foo' \(ETTh1 horizon 24 informer\)$"),
+    ],
+)
+def test_a_bad_network_or_window_setting_names_the_key_that_gave_it(overrides, message, data_dir):
+    tracker = MemoryTracker()
+    with pytest.raises(ConfigError, match=message):
+        run_suite("ltsf", "quick", tracker, selection={"datasets": ["ETTh1"], "horizons": ["24"]},
+                  overrides=overrides, data_dir=str(data_dir))
+    assert tracker.runs == []
+
+
+def test_a_bad_window_in_a_suite_file_names_the_file_and_key(tmp_path, data_dir):
+    from recurbench.config import read_yaml
+    from recurbench.suites.registry import SUITES
+
+    raw = read_yaml(SUITES["ltsf"]().suite_path())
+    raw["profiles"]["quick"]["windows"]["ETTh1"][24]["label_len"] = 100
+    path = tmp_path / "ltsf.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    with pytest.raises(ConfigError, match=rf"^{path}: profiles\.quick\.windows\.ETTh1\.24\.label_len: label_len "
+                                          r"\(100\) cannot exceed seq_len \(48\)"):
+        run_suite("ltsf", "quick", MemoryTracker(), config_path=path,
+                  selection={"datasets": ["ETTh1"], "horizons": ["24"]}, data_dir=str(data_dir))
+
+
 def test_a_device_this_machine_lacks_fails_before_training(data_dir):
     tracker = MemoryTracker()
     with pytest.raises(ConfigError) as info:

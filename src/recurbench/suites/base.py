@@ -224,14 +224,24 @@ class SuiteDefinition(ABC):
         return ["run", "status", *keys], rows
 
 
-def in_profile_file(message: str, profile: BaseModel, source: str | os.PathLike[str], name: str) -> str:
+def in_profile_file(message: str, profile: BaseModel, source: str | os.PathLike[str], name: str,
+                    command_line: Mapping[str, Any] | None = None) -> str:
     """A plan's error about a key of the profile (``per_model.rnn.model.nonlinearity: ...``) as a schema
-    error reads: ``<file>: profiles.<name>.<key>: ...``; any other message (about ``--lengths``, a
-    ``--set``, a dataset) as it is."""
-    head, sep, _ = message.partition(": ")
-    if sep and " " not in head and head.split(".", 1)[0] in type(profile).model_fields:
-        return f"{source}: profiles.{name}.{message}"
-    return message
+    error reads: ``<file>: profiles.<name>.<key>: ...``, or ``--set <key>=<value>: ...`` where the command
+    line set that key (``command_line``: :func:`~recurbench.config.parse_overrides`' mapping); any other
+    message (about ``--lengths``, a dataset) as it is."""
+    head, sep, rest = message.partition(": ")
+    if not sep or " " in head or head.split(".", 1)[0] not in type(profile).model_fields:
+        return message
+    given: Any = command_line or {}
+    for part in head.split("."):
+        given = given.get(part, _NOT_GIVEN) if isinstance(given, Mapping) else _NOT_GIVEN
+    if given is not _NOT_GIVEN and not isinstance(given, Mapping):
+        return f"--set {head}={given}: {rest}"
+    return f"{source}: profiles.{name}.{message}"
+
+
+_NOT_GIVEN = object()
 
 
 def selected_names(

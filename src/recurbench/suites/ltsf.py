@@ -17,6 +17,7 @@ paper's figures (``reference/rsa_table1_ltsf.csv``, copied from the paper's Tabl
 from __future__ import annotations
 
 import csv
+import re
 import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import MISSING, asdict, dataclass, field, fields, replace
@@ -251,6 +252,17 @@ def _check_windows(data: LTSFData, where: str) -> None:
             )
 
 
+def _named(exc: Exception, profile: LTSFProfile, dataset: str, horizon: int, model: str | None = None) -> ConfigError:
+    """An error about a network or window setting (``attention must be ...``, ``label_len (100) cannot
+    exceed ...``) named by the profile key it came from, ``model.attention`` or
+    ``windows.ETTh1.24.label_len``; else by the configuration."""
+    field = re.match(r"\w*", str(exc)).group()  # type: ignore[union-attr]
+    where = (f"model.{field}" if field in ModelSettings.model_fields
+             else f"windows.{dataset}.{horizon}.{field}" if field in WindowSetting.model_fields else None)
+    context = f"{dataset} horizon {horizon}" + (f" {model}" if model else "")
+    return ConfigError(f"{where}: {exc} ({context})" if where else f"{context}: {exc}")
+
+
 def _job(
     profile: LTSFProfile, dataset: str, horizon: int, model: str, n_features: int, n_marks: int
 ) -> tuple[LTSFJob, dict[str, Any]]:
@@ -284,7 +296,7 @@ def _job(
     try:
         network.check()
     except ConfigError as exc:
-        raise ConfigError(f"{dataset} horizon {horizon} {model}: {exc}") from None
+        raise _named(exc, profile, dataset, horizon, model) from None
     window = WindowSpec(setting.seq_len, setting.label_len, horizon)
     own = planned_settings(ARCHITECTURES, model, profile.plugin_settings)
     job = LTSFJob(dataset, model, window, network, training, profile.torch_threads, own)
@@ -334,7 +346,10 @@ class LTSFSuite(SuiteDefinition):
                         f"known horizons: {', '.join(map(str, sorted(table))) or 'none'}"
                     )
                 setting = table[horizon]
-                window = WindowSpec(setting.seq_len, setting.label_len, horizon)
+                try:
+                    window = WindowSpec(setting.seq_len, setting.label_len, horizon)
+                except DataError as exc:
+                    raise _named(exc, profile, dataset, horizon) from None
                 try:
                     data = _prepared(dataset, window, data_dir)
                 except DataError as exc:

@@ -42,6 +42,7 @@ from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from typing import Any
 
+from recurbench.config import parse_overrides
 from recurbench.devices import describe_device
 from recurbench.engine import EngineSpec, Session, check_device, open_session, task_device
 from recurbench.errors import ConfigError, RecurbenchError
@@ -71,13 +72,14 @@ from recurbench.tracking import (
 
 
 def _plan(definition: SuiteDefinition, cfg: Any, profile: str, config_path: str | os.PathLike[str] | None,
-          selection: Mapping[str, Any] | None, data_dir: str | None) -> list[RunPlan]:
-    """``definition.plan``; an error about a key of the profile named in its file, as a schema error is."""
+          overrides: Sequence[str], selection: Mapping[str, Any] | None, data_dir: str | None) -> list[RunPlan]:
+    """``definition.plan``; an error about a key of the profile named in its file, as a schema error is
+    (or as the ``--set`` that gave it)."""
     try:
         return definition.plan(cfg, dict(selection or {}), data_dir=data_dir)
     except ConfigError as exc:
         source = config_path if config_path is not None else definition.suite_path()
-        raise ConfigError(in_profile_file(str(exc), cfg, source, profile)) from None
+        raise ConfigError(in_profile_file(str(exc), cfg, source, profile, parse_overrides(overrides))) from None
 
 
 def run_suite(
@@ -117,7 +119,7 @@ def run_suite(
     # Serial: checked here, where the runs train. A Ray task resolves the device on its own machine.
     device_tag = (describe_device(definition.target_device(device)) if engine.kind == "serial"
                   else f"ray ({engine.gpus_per_run:g} GPU per run)")
-    plans = _plan(definition, cfg, profile, config_path, selection, data_dir)
+    plans = _plan(definition, cfg, profile, config_path, overrides, selection, data_dir)
     if not plans:
         raise ConfigError(f"suite {name!r} profile {profile!r}: the selection leaves no run to do")
     experiment = experiment_name(name)
