@@ -257,6 +257,7 @@ def test_the_store_writer_survives_its_process_and_no_memory_monitor_kills_for_o
     its runs left RUNNING. The command's own instance now runs without the monitor, and a writer whose
     process dies is restarted, the write that met it retried."""
     monkeypatch.delenv("RAY_memory_monitor_refresh_ms", raising=False)
+    monkeypatch.delenv("RAY_COLOR_PREFIX", raising=False)
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     with open_session(EngineSpec("ray", workers=1), MlflowTracker(uri)) as session:
@@ -264,6 +265,8 @@ def test_the_store_writer_survives_its_process_and_no_memory_monitor_kills_for_o
         session.map(memory_monitor_setting, [()], lambda _, result: settings.append(result),
                     lambda _, reason: pytest.fail(reason))
         assert settings == ["0"]
+        # Output to a file (pytest captures it): the workers' lines without colour codes.
+        assert os.environ["RAY_COLOR_PREFIX"] == "0"
         tracker = session.tracker
         with tracker.run("survivor", experiment="recurbench-writer", tags={"role": "test"}) as run:
             run.log_metrics({"loss": 1.0}, step=0)
@@ -271,6 +274,7 @@ def test_the_store_writer_survives_its_process_and_no_memory_monitor_kills_for_o
             run.log_metrics({"loss": 0.5}, step=1)
             run.set_tags({"after": "restart"})
     assert "RAY_memory_monitor_refresh_ms" not in os.environ  # the user's environment, as it was
+    assert "RAY_COLOR_PREFIX" not in os.environ
     from mlflow.tracking import MlflowClient  # noqa: PLC0415 - as the other tests read the store
 
     client = MlflowClient(uri)

@@ -418,6 +418,7 @@ def ray_instance(ray: Any, spec: EngineSpec) -> Iterator[str]:
     # like Ctrl-C so that the tasks are cancelled and their runs end KILLED.
     handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
     with ExitStack() as stack:
+        stack.enter_context(_plain_worker_lines())
         try:
             if spec.cluster_address is None:
                 elsewhere = os.environ.get("RAY_ADDRESS")  # named in the line, never attached to
@@ -434,6 +435,20 @@ def ray_instance(ray: Any, spec: EngineSpec) -> Iterator[str]:
                         signal.signal(sig, handler)
         announce(line)
         yield line
+
+
+@contextmanager
+def _plain_worker_lines() -> Iterator[None]:
+    """Ray prints its workers' lines behind a coloured ``(_in_task pid=...)`` prefix: into a log file
+    (stderr not a terminal) without the colour codes, unless the user's ``RAY_COLOR_PREFIX`` says."""
+    saved = os.environ.get("RAY_COLOR_PREFIX")
+    if saved is None and not sys.stderr.isatty():
+        os.environ["RAY_COLOR_PREFIX"] = "0"
+    try:
+        yield
+    finally:
+        if saved is None:
+            os.environ.pop("RAY_COLOR_PREFIX", None)
 
 
 @contextmanager
