@@ -47,3 +47,13 @@ def test_a_bad_file_is_one_error_naming_it(tmp_path):
     path.write_text("suite: memory\nsuite: ltsf\n")
     with pytest.raises(ConfigError, match=rf"^{path}: invalid YAML: duplicate key 'suite' \(first given on line 1\)"):
         read_yaml(path)
+
+
+def test_a_value_that_fits_no_member_of_a_union_is_one_line():
+    # Two lines under pydantic's names for the members ("memory_window.constrained-int: ...",
+    # "memory_window.literal['episode']: ...").
+    with pytest.raises(ConfigError) as info:
+        load_profile("minigrid", "quick", overrides=["core.memory_window=0"])
+    assert str(info.value) == (
+        f"{SUITES['minigrid']().suite_path()}: profiles.quick.core.memory_window: Input should be greater than or "
+        "equal to 1 or input should be 'episode' (got 0) (with --set core.memory_window=0)")

@@ -37,12 +37,27 @@ class KeyPathError(ValueError):
         self.path = tuple(path)
 
 
+def _union_member(part: object) -> bool:
+    """Whether a location part is pydantic's name for one member of a union (``constrained-int``,
+    ``literal['episode']``, ``int``), not a key of the file."""
+    return isinstance(part, str) and (re.search(r"[\[\-]", part) is not None or part in _TYPE_NAMES)
+
+
+_TYPE_NAMES = frozenset({"int", "str", "float", "bool", "none", "list", "dict", "tuple"})
+
+
 def format_validation_error(exc: ValidationError, source: str, prefix: str = "") -> str:
-    lines = []
+    """One line per key at fault: ``<source>: <dotted.key>: <what is wrong> (got <value>)``. A value
+    that fits no member of a union (``memory_window: int >= 1 | 'episode'``) is one line, the members'
+    complaints joined by "or", not a line per member under pydantic's names for them."""
+    lines: dict[str, list[str]] = {}
     for err in exc.errors():
         below = err.get("ctx", {}).get("error")
         below_path = below.path if isinstance(below, KeyPathError) else ()
-        loc = ".".join(str(part) for part in (prefix, *err["loc"], *below_path) if part != "")
+        parts = list(err["loc"])
+        if parts and _union_member(parts[-1]):
+            parts.pop()
+        loc = ".".join(str(part) for part in (prefix, *parts, *below_path) if part != "")
         message = err["msg"]
         if err["type"] == "extra_forbidden":
             message = "unknown key"
@@ -50,8 +65,12 @@ def format_validation_error(exc: ValidationError, source: str, prefix: str = "")
             message = message.removeprefix("Value error, ")
         got = err.get("input")
         shown = "" if isinstance(got, (dict, list)) or below_path else f" (got {got!r})"
-        lines.append(f"{source}: {loc or '<root>'}: {message}{shown}")
-    return "\n".join(lines)
+        key = f"{source}: {loc or '<root>'}"
+        if key in lines:  # another member of the same union
+            lines[key].insert(-1, f" or {message[0].lower()}{message[1:]}")
+        else:
+            lines[key] = [f"{key}: {message}", shown]
+    return "\n".join("".join(parts) for parts in lines.values())
 
 
 def validate(model: type[M], data: Any, source: str, prefix: str = "") -> M:
