@@ -40,7 +40,8 @@ class KeyPathError(ValueError):
 def _union_member(part: object) -> bool:
     """Whether a location part is pydantic's name for one member of a union (``constrained-int``,
     ``literal['episode']``, ``int``), not a key of the file."""
-    return isinstance(part, str) and (re.search(r"[\[\-]", part) is not None or part in _TYPE_NAMES)
+    return (isinstance(part, str) and part != "[key]"  # pydantic's mark of a mapping's key at fault: kept
+            and (re.search(r"[\[\-]", part) is not None or part in _TYPE_NAMES))
 
 
 _TYPE_NAMES = frozenset({"int", "str", "float", "bool", "none", "list", "dict", "tuple"})
