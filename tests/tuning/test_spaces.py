@@ -5,7 +5,7 @@ import optuna
 import pandas as pd
 import pytest
 
-from recurbench.tuning.spaces import dilation_candidates, seasonal_periods, suggest_rem_heads
+from recurbench.tuning.spaces import bptt_candidates, dilation_candidates, seasonal_periods, suggest_rem_heads
 
 
 @pytest.mark.parametrize("n_heads", [1, 2, 3, 4, 7, 8, 16])
@@ -53,3 +53,12 @@ def test_seasonal_periods_of_the_real_training_split(data_dir):
     assert periods == [24, 168]
     assert dilation_candidates(periods, seq_len=96) == [2, 4, 24]
     assert dilation_candidates(periods, seq_len=336) == [2, 4, 24, 168]
+
+
+@pytest.mark.parametrize(
+    ("n_steps", "batch_size", "expected"),
+    [(64, 256, [8, 16, 32]), (128, 256, [8, 16, 32]), (48, 48, [8, 16]), (64, 40, [8]), (12, 12, [])],
+)
+def test_bptt_candidates_divide_the_rollout_and_the_minibatch(n_steps, batch_size, expected):
+    """The quick and paper profiles' PPO (64 or 128 steps, batches of 256) admit every length tried."""
+    assert bptt_candidates(n_steps, batch_size) == expected

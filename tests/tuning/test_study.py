@@ -383,6 +383,10 @@ def test_a_bad_optuna_storage_is_refused_before_the_tracking_store_is_created(tm
         ({"best_out": "{tmp}"}, r"^--best-out: .* is a folder, not a file$"),
         # The run command's option was named (--datasets.0); tune's is --dataset.
         ({"dataset": "FOO"}, r"^--dataset: unknown dataset 'FOO'; known: ETTh1"),
+        # Numpy's "Seed must be between 0 and 2**32 - 1" traceback, after an empty study and MLflow store.
+        ({"seed": -1}, r"^--seed must be at least 0, got -1$"),
+        # The minigrid suite's option was ignored (the study ran).
+        ({"env": "Memory"}, r"^--env applies to tune minigrid, not 'ltsf'$"),
     ],
 )
 def test_a_bad_tune_request_is_refused_before_any_store_or_trial(tmp_path, data_dir, changes, message):
@@ -453,3 +457,24 @@ def test_optunas_remarks_while_drawing_a_studys_figures_do_not_reach_the_user(tm
         warnings.warn("after drawing", UserWarning, stacklevel=1)
     assert [str(w.message) for w in caught] == ["after drawing"]
     assert "optuna/param_importances.png" in tracker.runs[0].artifacts
+
+
+def test_creating_a_study_says_nothing_to_the_user(tmp_path):
+    """Optuna logs "A new study created in RDB with name: ..." at INFO where a study is created: `tune`
+    keeps its output to its table and notes (before, `tune ltsf --enqueue-paper` printed that line,
+    creating the study before the study run quieted Optuna)."""
+    import logging
+
+    records: list[logging.LogRecord] = []
+    handler = logging.Handler()
+    handler.emit = records.append
+    logger = logging.getLogger("optuna")  # Optuna's own handler does not propagate: listen on its logger
+    before = optuna.logging.get_verbosity()
+    optuna.logging.set_verbosity(optuna.logging.INFO)
+    logger.addHandler(handler)
+    try:
+        load_study(StudySpec("quiet", 1, storage=f"sqlite:///{tmp_path / 'o.db'}"), "minimize")
+    finally:
+        logger.removeHandler(handler)
+        optuna.logging.set_verbosity(before)
+    assert [r.getMessage() for r in records] == []

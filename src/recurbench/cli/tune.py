@@ -30,7 +30,7 @@ def tune_cmd(
     trials: Annotated[int, typer.Option("--trials", help="Finished (complete or pruned) trials the study should hold.")],
     dataset: Annotated[str | None, typer.Option("--dataset", help="LTSF dataset.")] = None,
     horizon: Annotated[int | None, typer.Option("--horizon", help="LTSF horizon.")] = None,
-    env: Annotated[str | None, typer.Option("--env", help="MiniGrid env pair.")] = None,
+    env: Annotated[str | None, typer.Option("--env", help="MiniGrid env pair: a name (`recurbench list envs`, or the --config file's pairs) or TRAIN_ID:TEST_ID.")] = None,
     profile: Annotated[str, typer.Option("--profile", "-p", help="Suite profile that sets the training budget.")] = "quick",
     storage: Annotated[str | None, typer.Option("--storage", help="Optuna storage URL (default sqlite:///results/optuna.db; journal:PATH; postgresql://...).")] = None,
     study_name: Annotated[str | None, typer.Option("--study-name", help="Study name; the same name resumes the study.")] = None,

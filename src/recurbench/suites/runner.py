@@ -71,10 +71,11 @@ from recurbench.tracking import (
 )
 
 
-def _plan(definition: SuiteDefinition, cfg: Any, profile: str, config_path: str | os.PathLike[str] | None,
-          overrides: Sequence[str], selection: Mapping[str, Any] | None, data_dir: str | None) -> list[RunPlan]:
-    """``definition.plan``; an error about a key of the profile named in its file, as a schema error is
-    (or as the ``--set`` that gave it)."""
+def plan_runs(definition: SuiteDefinition, cfg: Any, profile: str, config_path: str | os.PathLike[str] | None,
+              overrides: Sequence[str], selection: Mapping[str, Any] | None, data_dir: str | None) -> list[RunPlan]:
+    """``definition.plan`` of profile ``profile`` (``cfg``, loaded from ``config_path`` or the shipped file
+    with ``overrides``); an error about a key of the profile named in its file, as a schema error is (or
+    as the ``--set`` that gave it). ``run`` and ``tune`` plan through it."""
     try:
         return definition.plan(cfg, dict(selection or {}), data_dir=data_dir)
     except ConfigError as exc:
@@ -119,7 +120,7 @@ def run_suite(
     # Serial: checked here, where the runs train. A Ray task resolves the device on its own machine.
     device_tag = (describe_device(definition.target_device(device)) if engine.kind == "serial"
                   else f"ray ({engine.gpus_per_run:g} GPU per run)")
-    plans = _plan(definition, cfg, profile, config_path, overrides, selection, data_dir)
+    plans = plan_runs(definition, cfg, profile, config_path, overrides, selection, data_dir)
     if not plans:
         raise ConfigError(f"suite {name!r} profile {profile!r}: the selection leaves no run to do")
     experiment = experiment_name(name)

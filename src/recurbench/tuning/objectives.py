@@ -12,6 +12,8 @@ import dataclasses
 import os
 import re
 import tempfile
+import warnings
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -23,8 +25,7 @@ import torch
 import yaml
 from stable_baselines3.common.callbacks import BaseCallback
 
-from recurbench.agents.cores import CORES
-from recurbench.agents.training import AGENT_CORE_SETTINGS, evaluate, make_agent
+from recurbench.agents.training import evaluate, make_agent
 from recurbench.config import deep_merge, parse_overrides, read_yaml
 from recurbench.data import prepare
 from recurbench.envs import ENV_PAIRS
@@ -32,13 +33,19 @@ from recurbench.envs.minigrid import env_max_steps
 from recurbench.errors import ConfigError
 from recurbench.forecasters.models import ARCHITECTURES, build_network
 from recurbench.forecasters.training import ValCheck, train
-from recurbench.plugins import planned_settings
 from recurbench.runtime import raise_if_terminated
 from recurbench.seeding import seed_everything
-from recurbench.suites.base import suite_file
+from recurbench.suites.base import RunPlan, in_profile_file, suite_file
 from recurbench.suites.registry import load_profile
+from recurbench.suites.runner import plan_runs
 from recurbench.tracking import RunHandle
-from recurbench.tuning.spaces import dilation_candidates, seasonal_periods, suggest_rem_heads
+from recurbench.tuning.spaces import (
+    BPTT_LENGTHS,
+    bptt_candidates,
+    dilation_candidates,
+    seasonal_periods,
+    suggest_rem_heads,
+)
 from recurbench.tuning.study import Objective
 
 
@@ -66,15 +73,8 @@ class LTSFObjective(Objective):
         if self.model not in ARCHITECTURES or not ARCHITECTURES[self.model].rsa:
             rsa = [name for name, arch in ARCHITECTURES.items() if arch.rsa]
             raise ConfigError(f"--model {self.model!r}: REM heads can only be tuned for RSA models ({', '.join(rsa)})")
-        definition, cfg = load_profile("ltsf", self.profile, self.config, self.overrides)
-        try:
-            plans = definition.plan(
-                cfg, {"datasets": [self.dataset], "horizons": [str(self.horizon)], "models": [self.model], "seeds": 1},
-                data_dir=self.data_dir,
-            )
-        except ConfigError as exc:  # the run command's options, named as tune's (--dataset, one value)
-            raise ConfigError(re.sub(r"^--(dataset|horizon)s\.0\b", r"--\1", str(exc))) from None
-        return plans[0].payload
+        selection = {"datasets": [self.dataset], "horizons": [str(self.horizon)], "models": [self.model]}
+        return plan_target(self, selection, data_dir=self.data_dir).payload
 
     @cached_property
     def data(self) -> Any:
@@ -162,6 +162,45 @@ class LTSFObjective(Objective):
         return float(result.best_val_loss)
 
 
+_TUNE_OPTIONS = ((re.compile(r"^--(dataset|horizon|model)s(\.0)?\b"), r"--\1"),
+                 (re.compile(r"^--(envs(\.0)?|pair\.0)\b"), "--env"))
+"""``run``'s options in the suites' messages (``--datasets.0``, ``--pair.0``) and ``tune``'s for them."""
+
+
+def _as_tune_option(message: str) -> str:
+    for pattern, option in _TUNE_OPTIONS:
+        message = pattern.sub(option, message)
+    return message
+
+
+def plan_target(objective: LTSFObjective | MinigridObjective, selection: Mapping[str, Any], *,
+                data_dir: str | None = None, check: Callable[[RunPlan], None] | None = None) -> RunPlan:
+    """The one run of the objective's profile (``--config``, ``--set``) that ``selection`` picks, planned
+    by the suite's own ``plan``: ``tune`` refuses whatever ``run`` refuses, before any store or trial.
+    An error (``check``'s too) reads as ``run``'s does, a profile key in its file, with ``tune``'s
+    option names (``--env`` for ``--envs.0`` or ``--pair.0``); the suite's warnings likewise."""
+    definition, cfg = load_profile(objective.suite, objective.profile, objective.config, objective.overrides)
+    caught: list[warnings.WarningMessage] = []
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            (plan,) = plan_runs(definition, cfg, objective.profile, objective.config, objective.overrides,
+                                {**selection, "seeds": 1}, data_dir)
+            if check is not None:
+                try:
+                    check(plan)
+                except ConfigError as exc:
+                    source = objective.config if objective.config is not None else definition.suite_path()
+                    raise ConfigError(in_profile_file(str(exc), cfg, source, objective.profile,
+                                                      parse_overrides(objective.overrides))) from None
+    except ConfigError as exc:
+        raise ConfigError(_as_tune_option(str(exc))) from None
+    finally:  # before the error too, as `run` says them
+        for w in caught:
+            warnings.warn_explicit(_as_tune_option(str(w.message)), w.category, w.filename, w.lineno)
+    return plan
+
+
 def _profile_source(objective: LTSFObjective | MinigridObjective) -> dict[str, Any]:
     """Where the study's profile came from, when not the shipped suite file as it is."""
     source: dict[str, Any] = {}
@@ -214,25 +253,39 @@ class MinigridObjective(Objective):
     direction = "maximize"
 
     @cached_property
-    def job(self) -> Any:
-        if self.model not in CORES:
-            raise ConfigError(f"--model {self.model!r}: unknown core; known: {', '.join(CORES)}")
-        if self.env not in ENV_PAIRS:
-            raise ConfigError(f"--env {self.env!r}: unknown env pair; known: {', '.join(ENV_PAIRS)}")
-        _, cfg = load_profile("minigrid", self.profile, self.config, self.overrides)
-        return ENV_PAIRS[self.env], cfg
+    def planned(self) -> RunPlan:
+        """The run ``recurbench run minigrid`` would plan for this core and env pair at the profile's
+        settings (so every check of ``run`` applies), and RelLSTM's BPTT lengths checked against it.
+        ``env``: a pair's name (shipped, or the profile's ``pairs``) or ``TRAIN_ID:TEST_ID`` (``run --pair``)."""
+        selection: dict[str, Any] = {"models": [self.model], ("pairs" if ":" in self.env else "envs"): [self.env]}
+        if self.total_timesteps:
+            selection["total_timesteps"] = self.total_timesteps
+        return plan_target(self, selection, check=self._check_bptt)
 
-    @cached_property
+    def _check_bptt(self, plan: RunPlan) -> None:
+        ppo = plan.payload[2].ppo
+        if self.model == "rellstm" and not bptt_candidates(ppo.n_steps, ppo.batch_size):
+            raise ConfigError(
+                f"ppo: n_steps ({ppo.n_steps}) and batch_size ({ppo.batch_size}) must be multiples of one of the "
+                f"BPTT lengths tune tries for rellstm ({', '.join(map(str, BPTT_LENGTHS))})"
+            )
+
+    @property
+    def job(self) -> Any:
+        """(EnvPair, MinigridProfile): the pair trained on and the profile, ``total_timesteps`` applied."""
+        pair, _core, profile = self.planned.payload
+        return pair, profile
+
+    @property
     def plugin_settings(self) -> dict[str, Any]:
         """A plugin core's own settings from the profile's ``plugin_settings`` (``--set
-        plugin_settings.NAME.KEY=V``), checked as the suite checks them; empty for a built-in."""
-        _, cfg = self.job
-        return planned_settings(CORES, self.model, cfg.plugin_settings, shared=AGENT_CORE_SETTINGS)
+        plugin_settings.NAME.KEY=V``), as the suite plans them; empty for a built-in."""
+        return dict(self.planned.params.get("plugin_settings") or {})
 
     def describe(self) -> dict[str, Any]:
         pair, cfg = self.job
         return {"model": self.model, "env": self.env, "train_env": pair.train, "profile": self.profile,
-                **_profile_source(self), "total_timesteps": self.total_timesteps or cfg.total_timesteps}
+                **_profile_source(self), "total_timesteps": cfg.total_timesteps}
 
     def suggest(self, trial: optuna.Trial) -> tuple[Any, Any]:
         """(PPOSettings, CoreSettings) for one trial."""
@@ -245,15 +298,21 @@ class MinigridObjective(Objective):
         if self.model == "rellstm":
             core_updates["nu"] = trial.suggest_int("nu", 1, 16)
             core_updates["rho"] = trial.suggest_int("rho", 0, 16)
-            ppo_updates["seq_len"] = trial.suggest_categorical("bptt_len", [8, 16, 32])
+            ppo_updates["seq_len"] = trial.suggest_categorical("bptt_len", bptt_candidates(cfg.ppo.n_steps, cfg.ppo.batch_size))
         elif self.model == "memlstm":
             core_updates["memory_window"] = trial.suggest_int("memory_window", 4, env_max_steps(pair.train), log=True)
         return cfg.ppo.model_copy(update=ppo_updates), cfg.core.model_copy(update=core_updates)
 
     def tuned_profile(self, base: dict[str, Any], best: optuna.trial.FrozenTrial) -> dict[str, Any]:
-        """``base`` narrowed to this env pair and core, with the best trial's PPO and core settings."""
+        """``base`` narrowed to this env pair and core, with the best trial's PPO and core settings; a pair
+        given as ``TRAIN_ID:TEST_ID`` is defined under ``pairs``, by the name its runs are tagged with."""
+        pair, _ = self.job
         ppo, core = self.suggest(optuna.trial.FixedTrial(best.params))
-        return {**base, "envs": [self.env], "models": [self.model], "ppo": ppo.model_dump(), "core": core.model_dump()}
+        pairs = dict(base.get("pairs") or {})
+        if pair.name not in ENV_PAIRS and pair.name not in pairs:
+            pairs[pair.name] = {"train": pair.train, "test": pair.test}
+        return {**base, **({"pairs": pairs} if pairs else {}), "envs": [pair.name], "models": [self.model],
+                "ppo": ppo.model_dump(), "core": core.model_dump()}
 
     def __call__(self, trial: optuna.Trial, run: RunHandle) -> float:
         pair, cfg = self.job
@@ -277,7 +336,7 @@ class MinigridObjective(Objective):
         agent = make_agent(self.model, pair.train, ppo, core, seed=self.seed, device=self.device,
                            plugin_settings=self.plugin_settings)
         try:
-            agent.learn(self.total_timesteps or cfg.total_timesteps, callback=ReportReward())
+            agent.learn(cfg.total_timesteps, callback=ReportReward())
         finally:
             agent.get_env().close()
         return evaluate(agent, pair.train, cfg.eval_episodes, seed=self.seed + 10_000)

@@ -2,7 +2,9 @@
 
 Invalid combinations are removed by reparameterising, not rejected: every proposal of
 :func:`suggest_rem_heads` is a valid REM head layout (sum of heads = n_heads, cyclical heads paired,
-one dilation per dilated head), because the trial samples *fractions* that are mapped onto counts.
+one dilation per dilated head), because the trial samples *fractions* that are mapped onto counts;
+the BPTT lengths a RelLSTM agent tries (:func:`bptt_candidates`) are only those recurrent PPO can cut
+the profile's rollouts and minibatches into.
 """
 
 from __future__ import annotations
@@ -59,6 +61,18 @@ def seasonal_periods(
 def dilation_candidates(periods: Sequence[int], seq_len: int, small: Sequence[int] = (2, 4)) -> list[int]:
     """Candidate dilation factors: small ones plus the seasonal periods, each shorter than the input."""
     return sorted({d for d in (*small, *periods) if 1 < d < seq_len})
+
+
+BPTT_LENGTHS = (8, 16, 32)
+"""The truncated-BPTT lengths (``ppo.seq_len``) tuned for RelLSTM; the paper's is 16."""
+
+
+def bptt_candidates(n_steps: int, batch_size: int, lengths: Sequence[int] = BPTT_LENGTHS) -> list[int]:
+    """The ``lengths`` that divide both ``n_steps`` and ``batch_size``: recurrent PPO cuts each env's
+    rollout and each minibatch into ``seq_len``-step sequences (:class:`~recurbench.agents.ppo.MemoryPPO`),
+    so a trial never draws a length that would fail there. The same for every trial of a study (a
+    profile's settings are part of its default name)."""
+    return [n for n in lengths if n_steps % n == 0 and batch_size % n == 0]
 
 
 @dataclass(frozen=True)

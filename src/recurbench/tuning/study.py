@@ -196,6 +196,7 @@ def load_study(spec: StudySpec, direction: str, worker: int = 0,
     """Create or load the study (through ``storage``, default: :meth:`StudySpec.open_storage`). The
     sampler's seed mixes ``spec.seed``, the worker and how many trials the study holds already: a seeded
     sampler started again would replay its start-up trials."""
+    optuna.logging.set_verbosity(optuna.logging.WARNING)  # not "A new study created in RDB ...": tune prints its table
     storage = storage or spec.open_storage()
     study = optuna.create_study(study_name=spec.study_name, storage=storage, direction=direction, load_if_exists=True)
     held = len(study.get_trials(deepcopy=False))
@@ -274,7 +275,6 @@ def _say_trial(study: optuna.Study, trial: optuna.trial.FrozenTrial) -> None:
 def study_worker(spec: StudySpec, objective: Objective, parent_id: str, worker: int, tracker: Tracker) -> int:
     """Take trials from the study until it holds ``n_trials`` finished or running ones (or the
     timeout passes); the number of trials this worker ran. A Ray task given GPUs trains on its GPU."""
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
     if (device := task_device(None)) is not None and hasattr(objective, "device"):
         objective = dataclasses.replace(objective, device=device)  # type: ignore[type-var]
     storage = spec.open_storage()
@@ -316,7 +316,6 @@ def run_study(
     engine = engine or EngineSpec()
     tracker = tracker or make_tracker()
     tracker.open()  # a bad tracking URI fails before the Optuna storage is created
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
     study = load_study(spec, objective.direction)
     experiment = experiment_name(objective.suite)
     workers = 1 if engine.kind == "serial" else engine.workers or engine.in_flight() or 1

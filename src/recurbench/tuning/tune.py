@@ -64,6 +64,7 @@ def make_objective(request: TuneRequest, engine: EngineSpec) -> tuple[LTSFObject
     worker starts) and the tags naming its target (dataset and horizon, or env)."""
     if request.suite not in TUNABLE_SUITES:
         raise RecurbenchError(f"unknown suite {request.suite!r} for tune; choose ltsf or minigrid")
+    check_suite_options(request)
     check_device(engine, request.device)
     # Under Ray, a task given GPUs trains on the one Ray assigned (recurbench.engine.task_device).
     device = "cpu" if engine.kind == "ray" else request.device
@@ -78,12 +79,37 @@ def make_objective(request: TuneRequest, engine: EngineSpec) -> tuple[LTSFObject
         tags = {"dataset": request.dataset, "horizon": str(request.horizon)}
     else:
         if request.env is None:
-            raise RecurbenchError("tune minigrid needs --env (a pair from `recurbench list envs`)")
+            raise RecurbenchError("tune minigrid needs --env (a pair from `recurbench list envs` or the profile's "
+                                  "pairs, or TRAIN_ID:TEST_ID)")
         objective = MinigridObjective(request.model, request.env, request.profile, request.seed, config=request.config,
                                       overrides=request.overrides, device=target_device)
-        tags = {"env": request.env}
+        tags = {"env": objective.job[0].name}  # as `run` tags it: the ids of a named pair are that pair
     objective.job  # noqa: B018 - resolve (and validate) the suite job before any worker starts
     return objective, tags
+
+
+SUITE_OPTIONS = {"dataset": "ltsf", "horizon": "ltsf", "tune_lr": "ltsf", "enqueue_paper": "ltsf", "env": "minigrid"}
+"""The request's fields (options) that only one suite's objective reads."""
+
+
+def check_suite_options(request: TuneRequest) -> None:
+    """Refuse an option of the other suite's (``--dataset`` for minigrid) instead of ignoring it."""
+    for name, suite in SUITE_OPTIONS.items():
+        if suite != request.suite and getattr(request, name) not in (None, False):
+            raise RecurbenchError(f"--{name.replace('_', '-')} applies to tune {suite}, not {request.suite!r}")
+
+
+MAX_SEED = 2**31 - 1
+"""The largest ``--seed``: the sampler's seed adds the worker and 7919 per trial the study holds to it."""
+
+
+def check_seed(seed: int) -> None:
+    """``--seed`` as numpy and Optuna's sampler take it (from 0 to 2**32 - 1), with room for what
+    :func:`~recurbench.tuning.study.load_study` and the minigrid evaluation (10,000) add to it."""
+    if seed < 0:
+        raise RecurbenchError(f"--seed must be at least 0, got {seed}")
+    if seed > MAX_SEED:
+        raise RecurbenchError(f"--seed must be at most {MAX_SEED}, got {seed}")
 
 
 def study_spec(request: TuneRequest, engine: EngineSpec, objective: LTSFObjective | MinigridObjective,
@@ -106,6 +132,7 @@ def tune(request: TuneRequest, tracker: Tracker, engine: EngineSpec) -> TuneOutc
     trials (on ``engine``), then write the best configuration if asked."""
     if request.timeout is not None and not request.timeout > 0:
         raise RecurbenchError(f"--timeout must be a positive number of seconds, got {request.timeout:g}")
+    check_seed(request.seed)
     check_cluster_store(engine, resolve_tracking_uri(getattr(tracker, "tracking_uri", None)))
     check_cluster_store(engine, request.storage or DEFAULT_STORAGE, "Optuna storage")
     objective, tags = make_objective(request, engine)
