@@ -163,7 +163,7 @@ def test_a_quick_profile_is_not_set_beside_the_papers_figures_as_if_comparable(l
     assert "ours only: the paper's counts are left out" in wins.splitlines()[0]
     assert "| RSA vs baseline | ours |" in wins and "28/32" not in md and "paper, all cells" not in md
     terminal = [t.title for t in rich_tables(ltsf) if hasattr(t, "title")]
-    assert ltsf.paper_caveat in str(terminal[0]) and "left out, not comparable" in str(terminal[1])
+    assert ltsf.paper_caveat_short in str(terminal[0]) and "left out, not comparable" in str(terminal[1])
     # A run of the paper profile whose logged settings are not the paper's is flagged too.
     paper = compare("ltsf", tracking_uri=store.uri, profile="paper")
     assert paper.paper_caveat.startswith("not comparable with the paper's figures: settings other than the paper's: ")
@@ -267,8 +267,10 @@ def test_a_by_key_given_twice_is_refused_before_the_store_is_read(tmp_path):
 
 def test_output_formats(ltsf):
     csv = pd.read_csv(io.StringIO(render(ltsf, "csv")))
-    assert list(csv.columns) == ["dataset", "horizon", "model", "metric", "mean", "std", "n", "paper", "paper_std", "diff"]
+    assert list(csv.columns) == ["dataset", "horizon", "model", "metric", "mean", "std", "n", "paper", "paper_std", "diff",
+                                 "paper_caveat"]
     assert csv["mean"].isna().sum() == ltsf.cells["mean"].isna().sum()  # missing stays empty, not 0
+    assert set(csv["paper_caveat"]) == {ltsf.paper_caveat}  # a quick profile: every row says why
     md = render(ltsf, "markdown")
     assert "| ETTh1 | 24 | MSE | 0.700 ± 0.100 (n=3); paper 0.762; Δ -0.062 |" in md
     assert "| rsa_informer vs informer | 4/4 |" in md  # ours only: a quick profile
@@ -628,7 +630,7 @@ def test_a_suite_with_no_finished_run_yet_lists_its_runs(tmp_path):
             "### runs that did not finish (not in the aggregates)"]
         assert "| ETTh1-24-informer-s0 | FAILED | ETTh1 | 24 | informer | 0 | RuntimeError: out of memory |" in md
         assert render(comp, "csv").splitlines() == [",".join([*(by or ["dataset", "horizon", "model"]), "metric", "mean",
-                                                              "std", "n", *(["paper", "paper_std", "diff"] if not by else [])])]
+                                                              "std", "n", *(["paper", "paper_std", "diff", "paper_caveat"] if not by else [])])]
     tracker.client.create_experiment("no-runs", artifact_location=(tmp_path / "b").as_uri())
     with pytest.raises(RecurbenchError, match=r"^experiment 'no-runs' in .* has no runs to compare$"):
         compare("ltsf", tracking_uri=tracker.tracking_uri, experiment="no-runs")

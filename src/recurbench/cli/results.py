@@ -18,7 +18,7 @@ from recurbench.errors import ConfigError
 
 
 def compare_cmd(
-    suite: Annotated[str, typer.Argument(help="Suite whose runs to compare: ltsf | minigrid | langs | memory.")],
+    suite: Annotated[str, typer.Argument(help="Suite whose runs to compare: ltsf | minigrid | langs | memory, or a plugin suite.")],
     experiment: Annotated[str | None, typer.Option("--experiment", help="MLflow experiment (default: recurbench-SUITE).")] = None,
     reference: Annotated[str, typer.Option("--reference", help="paper: the published values beside ours; none: ours only.")] = "paper",
     fmt: Annotated[str, typer.Option("--format", help="table | markdown | csv | latex")] = "table",
@@ -45,7 +45,7 @@ def compare_cmd(
 
 
 def report_cmd(
-    suite: Annotated[str, typer.Argument(help="Suite whose runs to report: ltsf | minigrid | langs | memory.")],
+    suite: Annotated[str, typer.Argument(help="Suite whose runs to report: ltsf | minigrid | langs | memory, or a plugin suite.")],
     out: Annotated[str, typer.Option("--out", help="Folder to write the report and its figures into.")],
     fmt: Annotated[str, typer.Option("--format", help="html (one self-contained file) | markdown (report.md + PNGs)")] = "html",
     experiment: Annotated[str | None, typer.Option("--experiment", help="MLflow experiment (default: recurbench-SUITE).")] = None,

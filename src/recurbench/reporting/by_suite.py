@@ -28,6 +28,7 @@ from recurbench.reporting.langs import langs_complete, langs_figures
 from recurbench.reporting.memory import memory_complete, memory_figures
 from recurbench.reporting.report import (
     REPORT_FORMATS,
+    Figure,
     FigureBuilder,
     Report,
     ltsf_figures,
@@ -40,8 +41,14 @@ from recurbench.reporting.runs import SuiteRuns, load_runs
 
 @dataclass(frozen=True)
 class SuiteReporting:
-    complete: Completion
+    complete: Completion | None
     figures: FigureBuilder
+
+
+def no_figures(runs: SuiteRuns, comp: Comparison, fig_dir: Path) -> tuple[list[Figure], list[str]]:
+    """A plugin suite's figures: none (what its runs log is its own); its report holds its tables."""
+    return [], [f"figures: recurbench draws them for the suites it ships; {runs.suite!r} is a plugin's suite, so its "
+                "report holds the comparison tables only"]
 
 
 SUITE_REPORTING: dict[str, SuiteReporting] = {
@@ -50,11 +57,19 @@ SUITE_REPORTING: dict[str, SuiteReporting] = {
     "langs": SuiteReporting(langs_complete, langs_figures),
     "memory": SuiteReporting(memory_complete, memory_figures),
 }
+"""The shipped suites' parts; a plugin suite gets :data:`PLUGIN_REPORTING` (its layout:
+:func:`recurbench.reporting.compare.plugin_layout`)."""
+
+PLUGIN_REPORTING = SuiteReporting(None, no_figures)
+
+
+def reporting(suite: str) -> SuiteReporting:
+    return SUITE_REPORTING.get(suite, PLUGIN_REPORTING)
 
 
 def compare_runs(runs: SuiteRuns, *, reference: str = "paper", by: Sequence[str] | None = None) -> Comparison:
     """:func:`recurbench.reporting.compare.compare_runs` with the suite's own part."""
-    return generic.compare_runs(runs, reference=reference, by=by, complete=SUITE_REPORTING[runs.suite].complete)
+    return generic.compare_runs(runs, reference=reference, by=by, complete=reporting(runs.suite).complete)
 
 
 def compare(
@@ -103,5 +118,5 @@ def write_report(
             suite, spec.config_keys, tracking_uri=tracking_uri, experiment=experiment, profile=profile, settings=settings
         )
         comparison = compare_runs(runs)
-    return write_suite_report(runs, comparison, SUITE_REPORTING[suite].figures, out, fmt=fmt,
+    return write_suite_report(runs, comparison, reporting(suite).figures, out, fmt=fmt,
                               log_to_mlflow=log_to_mlflow)

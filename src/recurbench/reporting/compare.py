@@ -27,6 +27,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import lru_cache
 
 import pandas as pd
 
@@ -44,8 +45,10 @@ from recurbench.reference import (
 )
 from recurbench.reporting.runs import SuiteRuns
 from recurbench.reporting.stats import MIN_SEEDS_FOR_IQM, iqm_ci, summarise
-from recurbench.suites.paper_settings import not_comparable, paper_differences
+from recurbench.suites.base import SuiteDefinition
+from recurbench.suites.paper_settings import paper_caveat
 from recurbench.suites.registry import SUITES
+from recurbench.suites.runner import PLAN_TAG
 
 REFERENCES = ("paper", "none")
 
@@ -63,6 +66,8 @@ class SuiteLayout:
     progress: dict[str, tuple[str, str]] = field(default_factory=dict)
     """Logged metric name -> column of :attr:`Comparison.failed` and its format in a table: how far a
     run that did not finish got (its latest value; NaN where it logged none)."""
+    paper: bool = True
+    """Whether recurbench holds published figures for the suite (a plugin suite's: none)."""
 
 
 LAYOUTS: dict[str, SuiteLayout] = {
@@ -116,8 +121,11 @@ class Comparison:
     Table 5's layout)."""
     paper_caveat: str | None = None
     """Why the paper's figures are not comparable with these runs (their profile, the settings that
-    differ from the paper profile's); None when the runs are at the paper's settings, or no paper
-    values are shown."""
+    differ from the paper profile's, each with every value); None when the runs are at the paper's settings,
+    or no paper values are shown."""
+    paper_caveat_short: str | None = None
+    """:attr:`paper_caveat` for the terminal: every setting named, several long values counted
+    (:func:`recurbench.suites.paper_settings.paper_caveat`)."""
 
     @property
     def unresolved(self) -> pd.DataFrame:
@@ -127,13 +135,48 @@ class Comparison:
 
     @property
     def default_layout(self) -> bool:
-        return self.by == LAYOUTS[self.suite].config_keys
+        return self.by == layout(self.suite).config_keys
 
 
 def layout(suite: str) -> SuiteLayout:
-    if suite not in LAYOUTS:
-        raise ConfigError(f"unknown suite {suite!r} for compare/report; known suites: {', '.join(LAYOUTS)}")
-    return LAYOUTS[suite]
+    """The suite's layout: a shipped suite's from :data:`LAYOUTS`, a plugin suite's derived from what it
+    declares (:func:`plugin_layout`)."""
+    if suite in LAYOUTS:
+        return LAYOUTS[suite]
+    if suite not in SUITES:
+        raise ConfigError(f"unknown suite {suite!r} for compare/report; known suites: {', '.join(SUITES)}")
+    return plugin_layout(SUITES[suite])
+
+
+#: Tags the runner gives every run of a suite: none of them names a configuration.
+_RUNNER_TAGS = frozenset({"suite", "profile", "seed", PLAN_TAG})
+
+
+@lru_cache(maxsize=16)
+def plugin_layout(definition: type[SuiteDefinition]) -> SuiteLayout:
+    """The layout of a suite recurbench ships no table for (a plugin's), from what it declares: its
+    configuration keys are the tags every configuration of its ``quick`` profile carries (the tags of
+    :meth:`~recurbench.suites.base.SuiteDefinition.shipped_settings`, else of the plans of
+    :meth:`~recurbench.suites.base.SuiteDefinition.plan` with the default selection, as ``run`` makes
+    them), its metrics its ``headline_metrics``; no paper's figures."""
+    suite = definition()
+    if not suite.headline_metrics:
+        raise ConfigError(f"suite {suite.name!r} names no headline_metrics: compare and report show a plugin suite's "
+                          f"headline_metrics (set them on {definition.__name__})")
+    try:
+        profile = suite.load_profile("quick")
+        configurations = ([tags for tags, _ in suite.shipped_settings(profile)]
+                          or [plan.tags for plan in suite.plan(profile, {}, data_dir=None)])
+    except RecurbenchError as exc:
+        raise ConfigError(f"suite {suite.name!r}: compare and report read a plugin suite's configuration keys from the "
+                          f"tags of its quick profile's plans, and planning that profile failed: {exc}") from None
+    keys = [k for k in (configurations[0] if configurations else {})
+            if k not in _RUNNER_TAGS and all(k in tags for tags in configurations)]
+    if not keys:
+        raise ConfigError(f"suite {suite.name!r}: compare and report group a plugin suite's runs by the tags its plans "
+                          "share, and the plans of its quick profile share none: give each RunPlan tags naming its "
+                          "configuration (model, dataset)")
+    return SuiteLayout(tuple(keys), {m: m for m in suite.headline_metrics}, paper=False)
 
 
 #: A suite's part of a comparison in its default layout: the paper's cells, win counts, ratios.
@@ -145,6 +188,7 @@ def compare_runs(runs: SuiteRuns, *, reference: str = "paper", by: Sequence[str]
     """Aggregate ``runs`` over seeds (the module docstring's conventions); in the default layout,
     ``complete`` adds the suite's own part (:mod:`recurbench.reporting.by_suite` picks it)."""
     spec = layout(runs.suite)
+    reference = reference if spec.paper else "none"
     if by:
         check_unique(list(by), "key", "--by")
     failed = failed_frame(runs.unfinished, spec, runs.finished_as, runs.taken_over_by, runs.unfinished_settings)
@@ -184,11 +228,24 @@ def compare_runs(runs: SuiteRuns, *, reference: str = "paper", by: Sequence[str]
         # (at the settings shown; a run that logged no params yet says nothing about its settings).
         waiting = set(comparison.unresolved.loc[comparison.unresolved["settings"] == "", "run_id"])
         shown = [*runs.finished, *(r for r in runs.unfinished if r.run_id in waiting and r.params)]
-        differences = paper_differences(SUITES[runs.suite](), ((r.tags, r.params) for r in shown))
-        comparison.paper_caveat = not_comparable(differences, runs.profile)
+        settings = [(r.tags, r.params) for r in shown]
+        comparison.paper_caveat = paper_caveat(SUITES[runs.suite](), settings, runs.profile)
+        comparison.paper_caveat_short = paper_caveat(SUITES[runs.suite](), settings, runs.profile, short=True)
     if default and complete is not None:
         complete(comparison, reference, frame)
+    cells = comparison.cells
+    if comparison.reference == "paper" and not cells.empty and "paper" in cells and cells["paper"].isna().all():
+        _without_paper(comparison)
     return comparison
+
+
+def _without_paper(comp: Comparison) -> None:
+    """``comp`` without the paper's columns, for configurations the paper gives no figure for (a MiniGrid
+    pair of one's own): dashes beside every cell, or a caveat on figures not there, would say nothing."""
+    comp.notes.append("the paper gives no figures for these configurations: ours only")
+    comp.cells = comp.cells.drop(columns=["paper", "paper_std", "diff"], errors="ignore")
+    comp.reference = "none"
+    comp.paper_caveat = comp.paper_caveat_short = None
 
 
 def _of_profile(runs: SuiteRuns) -> str:
@@ -383,7 +440,8 @@ def minigrid_complete(comp: Comparison, reference: str, frame: pd.DataFrame) -> 
         # Rows that are missing on both sides (LSTM in the paper, not run by us) say nothing.
         groups = cells.groupby(["env", "agent"])
         cells = cells[groups["n"].transform("sum").gt(0) | groups["paper"].transform("count").gt(0)]
-        comp.notes.append(f"paper: {KERG_TABLE4_CAVEAT}")
+        if cells["paper"].notna().any():  # how the paper's figures came about, where some stand in the table
+            comp.notes.append(f"paper: {KERG_TABLE4_CAVEAT}")
     comp.cells = cells.reset_index(drop=True)
     comp.aggregate = minigrid_aggregate(frame)
 

@@ -69,10 +69,11 @@ def _iqm_text(row: pd.Series) -> str:
     return f"{_num(row['iqm'])} [{_num(row['iqm_lo'])}, {_num(row['iqm_hi'])}]"
 
 
-def text_tables(comp: Comparison, *, sep: str = "; ") -> list[TextTable]:
+def text_tables(comp: Comparison, *, sep: str = "; ", short: bool = False) -> list[TextTable]:
     """The comparison as titled string tables: the main table, then win counts or the aggregate IQM,
-    then the runs that did not finish."""
-    caveat = f" — {comp.paper_caveat}" if comp.paper_caveat else ""  # said beside the paper's values
+    then the runs that did not finish; ``short``: for the terminal (:attr:`Comparison.paper_caveat_short`)."""
+    text = comp.paper_caveat_short if short else comp.paper_caveat
+    caveat = f" — {text}" if text else ""  # said beside the paper's values
     # No run finished: no aggregates to show (a note says so), only the suite's own tables and the list.
     tables = [] if comp.cells.empty else [_main_table(comp, sep, caveat)]
     tables += [TextTable(f"{title}{caveat}", frame) for title, frame in comp.tables]
@@ -139,9 +140,13 @@ def _ratio(w: dict[str, Any], prefix: str) -> str:
 
 
 def render(comp: Comparison, fmt: str) -> str:
-    """Markdown, CSV (the long-form cells, one row per group and metric) or LaTeX text."""
+    """Markdown, CSV (the long-form cells, one row per group and metric; beside the paper's values, a
+    ``paper_caveat`` column: :attr:`~recurbench.reporting.compare.Comparison.paper_caveat`) or LaTeX text."""
     if fmt == "csv":
-        return comp.cells.to_csv(index=False, float_format="%.10g")  # no float noise like 0.6999999999999998
+        cells = comp.cells
+        if comp.reference == "paper":  # beside the paper's values, why they are not comparable ("" where they are)
+            cells = cells.assign(paper_caveat=comp.paper_caveat or "")
+        return cells.to_csv(index=False, float_format="%.10g")  # no float noise like 0.6999999999999998
     if fmt == "markdown":
         parts = [f"### {t.title}\n\n{markdown_table(t.frame)}" for t in text_tables(comp)]
         return "\n\n".join(parts + [f"*{n}*" for n in comp.notes]) + "\n"
@@ -155,7 +160,7 @@ def render(comp: Comparison, fmt: str) -> str:
 def rich_tables(comp: Comparison) -> list[Any]:
     """rich renderables for the terminal (multi-line cells; values are escaped, never read as markup)."""
     out: list[Any] = []
-    for t in text_tables(comp, sep="\n"):
+    for t in text_tables(comp, sep="\n", short=True):
         # Fitted to the terminal (recurbench.tables): cells wrap at spaces, no name or number is cut.
         rows = [[MISSING if _missing(v) else str(v) for v in row] for row in t.frame.itertuples(index=False)]
         names = {"dataset", "horizon", "metric", *comp.by}  # the columns that name a row lead each part of a split

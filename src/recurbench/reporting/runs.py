@@ -213,13 +213,13 @@ def load_runs(
     """
     if settings not in SETTINGS:
         raise ConfigError(f"--settings: unknown rule {settings!r}; choose one of: {', '.join(SETTINGS)}")
-    name, uri, parents, nested = _read_experiment(suite, experiment, tracking_uri)
+    notes: list[str] = []
+    name, uri, parents, nested = _read_experiment(suite, experiment, tracking_uri, notes)
     # The suite's defaults are read (and the suites imported) where some logged keys differ, or below
     # for the shipped settings; settings="newest" on a store of one version imports no suite.
     choice = _SettingsChoice(suite, config_keys)
     if lacks_a_param_of_its_sections(nested):
         nested = [with_param_defaults(r, choice.defaults_for(r)) for r in nested]
-    notes: list[str] = []
     profile = _chosen_profile(name, profile, parents, nested, notes)
     if profile is not None:
         nested = [r for r in nested if r.tags.get("profile") == profile]
@@ -270,9 +270,10 @@ def taken_over_by(records: Sequence[RunRecord], config_of: Callable[[RunRecord],
     return out
 
 
-def _read_experiment(suite: str, experiment: str | None, tracking_uri: str | None
+def _read_experiment(suite: str, experiment: str | None, tracking_uri: str | None, notes: list[str]
                      ) -> tuple[str, str, list[RunRecord], list[RunRecord]]:
-    """The experiment's name, the store's URI, its parent runs and its nested runs, newest first."""
+    """The experiment's name, the store's URI, its parent runs and its nested runs, newest first: the
+    suite's runs only (:data:`SUITE_ROLES`; a note in ``notes`` names the others)."""
     client, uri = open_client(tracking_uri)
     name = experiment or experiment_name(suite)
     found = client.get_experiment_by_name(name)
@@ -281,11 +282,47 @@ def _read_experiment(suite: str, experiment: str | None, tracking_uri: str | Non
         raise RecurbenchError(
             f"no experiment {name!r} in the MLflow store {uri}; experiments there: {', '.join(known) or 'none'}"
         )
-    runs = [run_record(r) for r in search_all_runs(client, found.experiment_id)]  # newest first
+    every = [run_record(r) for r in search_all_runs(client, found.experiment_id)]  # newest first
+    runs = [r for r in every if r.tags.get("role") in SUITE_ROLES]
+    others = [r for r in every if r.tags.get("role") not in SUITE_ROLES]
     nested = [r for r in runs if r.tags.get("role") != "parent"]
     if not nested:
+        if others:
+            raise RecurbenchError(f"experiment {name!r} in {uri} holds no runs of `recurbench run {suite}`, only "
+                                  f"{_other_runs(others)}, which compare and report leave out" + _tune_hint(others, suite))
         raise RecurbenchError(f"experiment {name!r} in {uri} has no runs to compare")
+    if others:
+        notes.append(f"not shown: {_other_runs(others)}, which are not runs of `recurbench run {suite}`")
     return name, uri, [r for r in runs if r.tags.get("role") == "parent"], nested
+
+
+SUITE_ROLES = (None, "parent")
+"""The ``role`` tags of a suite's runs: an invocation of ``run`` (``parent``) and its nested runs (none)."""
+TUNE_ROLES = ("study", "trial")
+"""The ``role`` tags of ``recurbench tune``'s runs, logged into the suite's experiment: a parent run per
+study and a nested run per trial. A trial trains at the settings the sampler proposed and is scored on
+the validation split, so neither is a suite run, and ``compare``/``report`` leave them out."""
+
+
+def _other_runs(others: Sequence[RunRecord]) -> str:
+    """The runs of ``others`` in words: ``recurbench tune``'s studies and trials, and runs of other roles."""
+    tuned = [r for r in others if r.tags.get("role") in TUNE_ROLES]
+    studies = list(dict.fromkeys(r.tags.get("study", r.name) for r in tuned))
+    parts = [f"the runs of `recurbench tune` (stud{'y' if len(studies) == 1 else 'ies'} "
+             f"{', '.join(studies[:3])}{', ...' if len(studies) > 3 else ''}; "
+             f"{sum(r.tags.get('role') == 'trial' for r in tuned)} trial(s))"] if tuned else []
+    if rest := [r for r in others if r.tags.get("role") not in TUNE_ROLES]:
+        parts.append(f"{len(rest)} run(s) of role {', '.join(sorted({str(r.tags.get('role')) for r in rest}))}")
+    return " and ".join(parts)
+
+
+def _tune_hint(others: Sequence[RunRecord], suite: str) -> str:
+    """Where a study's results are, when ``others`` hold one."""
+    if not any(r.tags.get("role") in TUNE_ROLES for r in others):
+        return ""
+    return (": a study's best parameters and its trials are in `tune`'s closing table, its Optuna storage and its "
+            f"MLflow parent run; `tune --best-out FILE` writes them as a profile that `recurbench run {suite} "
+            "--config FILE --profile tuned` trains")
 
 
 def _chosen_profile(experiment: str, profile: str | None, parents: Sequence[RunRecord],

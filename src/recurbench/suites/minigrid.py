@@ -235,7 +235,7 @@ class MinigridSuite(SuiteDefinition):
     def summary_rows(self, outcomes: Sequence[RunOutcome]) -> tuple[list[str], list[list[str]]]:
         """Per pair x core: finished seeds, mean train and test reward, and test/train as the ratio of
         those means (every finished seed counts, one with train reward 0 too); the paper's figures
-        (marked †, with a closing row saying how they were produced)."""
+        (marked †, with a closing row saying how they were produced), left out where no pair shown has any."""
         groups: dict[tuple[str, str], list[RunOutcome]] = {}
         for o in outcomes:
             groups.setdefault((o.plan.tags["env"], o.plan.tags["agent"]), []).append(o)
@@ -250,9 +250,10 @@ class MinigridSuite(SuiteDefinition):
                 pair_name, core, f"{len(done)}/{len(group)}", _fmt(train), _fmt(test), _ratio(test, train),
                 f"{paper['train']:.2f}" if paper else "-", f"{paper['test']:.2f}" if paper else "-",
             ])
-        if any(row[-1] != "-" for row in rows):
-            caveat = outcomes_caveat(self, outcomes)
-            rows.append(footnote_row(f"† {KERG_TABLE4_CAVEAT}" + (f". Ours are {caveat}" if caveat else ""), header))
+        if not any(row[-1] != "-" or row[-2] != "-" for row in rows):  # no pair the paper ran: ours only
+            return header[:-2], [row[:-2] for row in rows]
+        caveat = outcomes_caveat(self, outcomes)
+        rows.append(footnote_row(f"† {KERG_TABLE4_CAVEAT}" + (f". Ours are {caveat}" if caveat else ""), header))
         return header, rows
 
 

@@ -11,6 +11,7 @@ setting either.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from functools import lru_cache
 
 from recurbench.errors import ConfigError
@@ -21,9 +22,59 @@ PAPER_PROFILE = "paper"
 SHOWN_CONFIGURATIONS = 3
 """How many configurations the paper profile does not run a caveat names (the rest are counted: the
 tables list them anyway). Every differing setting is named, always."""
+SHORT_VALUES = 24
+"""A caveat for the terminal counts a setting's values where there are several and their text is
+longer than this (``rsa.k [0, 2] (paper: 3 values)``); its key is named all the same."""
 
 _Settings = Mapping[str, str | None]
 _Runs = Iterable[tuple[Mapping[str, str], Mapping[str, str]]]
+
+
+@dataclass(frozen=True)
+class SettingDifference:
+    """A setting in which runs differ from the paper profile: the runs' values and the paper profile's
+    for the same configurations (``"None"``: unset), each in the order met."""
+
+    key: str
+    ours: tuple[str, ...]
+    paper: tuple[str, ...]
+
+    def text(self, *, short: bool = False) -> str:
+        """``training.epochs 2 (paper 6)``; ``short``: several values whose text is long, counted."""
+        named = [v for v in self.paper if v != "None"]  # null in the profile: no cap, or derived from another
+        if not named:
+            paper = "paper: unset"
+        elif _counted(named, short):
+            paper = f"paper: {len(named)} values"
+        else:
+            paper = f"paper {', '.join(named)}"
+        if named and len(named) < len(self.paper):
+            paper += ", or unset"
+        return f"{self.key} {_values(self.ours, short)} ({paper})"
+
+
+def _counted(values: Sequence[str], short: bool) -> bool:
+    return short and len(values) > 1 and len(", ".join(values)) > SHORT_VALUES
+
+
+def _values(values: Sequence[str], short: bool) -> str:
+    return f"{len(values)} values" if _counted(values, short) else ", ".join(values)
+
+
+@dataclass(frozen=True)
+class PaperDifferences:
+    """How runs differ from the paper profile: its settings, and the configurations it does not run."""
+
+    settings: list[SettingDifference]
+    outside: list[str]
+
+    def lines(self) -> list[str]:
+        return [d.text() for d in self.settings] + ([self.outside_text()] if self.outside else [])
+
+    def outside_text(self) -> str:
+        names = self.outside
+        return (f"{len(names)} configuration(s) the paper profile does not run: "
+                f"{', '.join(names[:SHOWN_CONFIGURATIONS])}" + (", ..." if len(names) > SHOWN_CONFIGURATIONS else ""))
 
 
 @lru_cache(maxsize=8)
@@ -41,15 +92,17 @@ def _paper_settings(definition: SuiteDefinition
     return keys, table, definition.param_defaults()
 
 
-def _differences(definition: SuiteDefinition, runs: _Runs) -> tuple[list[str], list[str]] | None:
-    """:func:`paper_differences` in two parts: the differing settings (``"training.epochs 2 (paper 6)"``)
-    and the configurations the paper profile does not run; None for a suite without a paper profile."""
+def differences(definition: SuiteDefinition, runs: _Runs) -> PaperDifferences | None:
+    """How the settings of ``runs`` (each its tags and its params as logged text) differ from the paper
+    profile's for the same configuration (None for a suite that ships no paper profile): every differing
+    param with every value the runs have and every value the paper profile has for those configurations,
+    and the configurations the paper profile does not have. A param a run did not log is read at the
+    suite's default for it (an older version's run)."""
     paper = _paper_settings(definition)
     if paper is None:
         return None
     keys, table, defaults = paper
-    # key -> (the runs' values, the paper's values for the same configurations), each in order met
-    differing: dict[str, tuple[dict[str, None], dict[str, None]]] = {}
+    differing: dict[str, tuple[dict[str, None], dict[str, None]]] = {}  # key -> (ours, the paper's), ordered sets
     outside: dict[str, None] = {}
     for tags, params in runs:
         config = tuple(str(tags.get(k)) for k in keys)
@@ -62,72 +115,57 @@ def _differences(definition: SuiteDefinition, runs: _Runs) -> tuple[list[str], l
                 continue
             have = params.get(key, defaults.get(key))
             if have != want:
-                values, paper_values = differing.setdefault(key, ({}, {}))
-                values.setdefault("not logged" if have is None else have)
-                paper_values.setdefault(want)
+                ours, theirs = differing.setdefault(key, ({}, {}))
+                ours.setdefault("not logged" if have is None else have)
+                theirs.setdefault(want)
     # Top-level settings first (a suite's budget: total_timesteps, eval_episodes), then by section.
     ordered = sorted(differing.items(), key=lambda item: (item[0].count("."), item[0]))
-    return [f"{key} {', '.join(values)} ({_paper_values(list(wants))})" for key, (values, wants) in ordered], list(outside)
-
-
-def _paper_values(values: Sequence[str]) -> str:
-    """The paper profile's values of a setting, in words: one that leaves it unset (null: no cap, or
-    derived from another) reads ``paper: unset``, not ``paper None``."""
-    named = [v for v in values if v != "None"]
-    if not named:
-        return "paper: unset"
-    return f"paper {', '.join(named)}" + (", or unset" if len(named) < len(values) else "")
+    return PaperDifferences([SettingDifference(k, tuple(ours), tuple(theirs)) for k, (ours, theirs) in ordered],
+                            list(outside))
 
 
 def paper_differences(definition: SuiteDefinition, runs: _Runs) -> list[str]:
-    """How the settings of ``runs`` (each its tags and its params as logged text) differ from the paper
-    profile's for the same configuration: ``"training.epochs 2 (paper 6)"`` per differing param (every
-    value the runs have, and every value the paper profile has for their configurations), and a count of
-    configurations the paper profile does not have. Empty when every run is at the paper's settings. A
-    param a run did not log is read at the suite's default for it (an older version's run)."""
-    found = _differences(definition, runs)
+    """:func:`differences` as lines: ``"training.epochs 2 (paper 6)"`` per differing param, then a count
+    of configurations the paper profile does not have. Empty when every run is at the paper's settings."""
+    found = differences(definition, runs)
     if found is None:
         return [f"suite {definition.name!r} ships no {PAPER_PROFILE!r} profile to compare with"]
-    settings, outside = found
-    return settings + ([_outside_text(outside)] if outside else [])
+    return found.lines()
 
 
-def _outside_text(names: Sequence[str]) -> str:
-    return (f"{len(names)} configuration(s) the paper profile does not run: {', '.join(names[:SHOWN_CONFIGURATIONS])}"
-            + (", ..." if len(names) > SHOWN_CONFIGURATIONS else ""))
-
-
-def paper_caveat(definition: SuiteDefinition, runs: _Runs, profile: str | None = None) -> str | None:
-    """The caveat for ``runs`` beside the paper's figures (:func:`not_comparable` of their differences),
-    or None where they are at the paper's settings."""
-    found = _differences(definition, runs)
+def paper_caveat(definition: SuiteDefinition, runs: _Runs, profile: str | None = None, *, short: bool = False
+                 ) -> str | None:
+    """The caveat for ``runs`` beside the paper's figures, or None where they are at its settings: the
+    profile, where it is not ``paper``, then every setting that differs and the configurations the paper
+    profile does not run. A key the user changed is never hidden behind a count, in a table or a file;
+    ``short`` (the terminal's tables) only counts a setting's values where they are several and long. A
+    profile whose runs all have the paper's settings (a subset of its grid, as ``memory``'s ``table5``)
+    gets none: the settings, not the profile's name, make results comparable."""
+    found = differences(definition, runs)
     if found is None:
         return f"not comparable with the paper's figures: suite {definition.name!r} ships no {PAPER_PROFILE!r} profile"
-    settings, outside = found
-    return not_comparable(settings, profile, outside)
+    return not_comparable([d.text(short=short) for d in found.settings], profile,
+                          found.outside_text() if found.outside else None)
 
 
-def not_comparable(differences: Sequence[str], profile: str | None = None, outside: Sequence[str] = ()
-                   ) -> str | None:
+def not_comparable(settings: Sequence[str], profile: str | None = None, outside: str | None = None) -> str | None:
     """The caveat for results beside the paper's figures (None when there is nothing to say): the
-    profile, where it is not ``paper``, every setting that differs (``differences``: a key the user
-    changed is never hidden behind a count, in a table or a file), and the configurations the paper
-    profile does not run (``outside``). A profile whose runs all have the paper's settings (a subset of
-    its grid, as ``memory``'s ``table5``) gets none: the settings, not the profile's name, make results
-    comparable."""
-    if not differences and not outside:
+    profile, where it is not ``paper``, the differing ``settings`` (:func:`paper_differences`' lines)
+    and the configurations the paper profile does not run (``outside``)."""
+    if not settings and not outside:
         return None
     what = [f"profile {profile}"] if profile not in (None, PAPER_PROFILE) else []
-    if differences:
-        what.append(f"settings other than the paper's: {'; '.join(differences)}")
+    if settings:
+        what.append(f"settings other than the paper's: {'; '.join(settings)}")
     if outside:
-        what.append(_outside_text(outside))
+        what.append(outside)
     return "not comparable with the paper's figures: " + ", ".join(what)
 
 
 def outcomes_caveat(definition: SuiteDefinition, outcomes: Sequence[RunOutcome]) -> str | None:
-    """:func:`not_comparable` for the runs of a ``run`` invocation (their plans' tags and settings)."""
-    return paper_caveat(definition, ((o.plan.tags, logged_settings(o.plan.params)) for o in outcomes))
+    """:func:`paper_caveat` for the runs of a ``run`` invocation (their plans' tags and settings), for the
+    terminal table that closes it (``short``)."""
+    return paper_caveat(definition, ((o.plan.tags, logged_settings(o.plan.params)) for o in outcomes), short=True)
 
 
 def footnote_row(note: str, header: Sequence[str]) -> list[str]:
