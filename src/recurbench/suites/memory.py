@@ -381,14 +381,13 @@ def _check_network(profile: MemoryProfile, network: SequenceModelConfig, task: M
 
 def _named(profile: MemoryProfile, network: SequenceModelConfig, task: str, exc: ConfigError,
            context: str) -> ConfigError:
-    """``exc`` (about a key ``model.<key>``) naming where that key was set: ``per_model.<core>.model``,
-    the command line (``--set model.<key>=<value>``) or the profile's ``model``."""
+    """``exc`` (about a key ``model.<key>``) naming where that key was set: ``per_model.<core>.model``
+    or the profile's ``model`` (the runner names the file, or the ``--set`` that gave it:
+    :func:`~recurbench.suites.base.in_profile_file`)."""
     head, _, rest = str(exc).partition(":")
     key = head.removeprefix("model.")
     if key in (own := _overridden(profile, network.core, task, "model")):
         head = f"{own[key][0]}.{key}"
-    elif key in (given := profile._command_line.get("model", {})):
-        head = f"--set model.{key}={given[key]}"
     return ConfigError(f"{head}:{rest} ({context}, model {network.core!r})")
 
 
