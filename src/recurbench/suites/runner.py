@@ -72,12 +72,17 @@ from recurbench.tracking import (
 
 
 def plan_runs(definition: SuiteDefinition, cfg: Any, profile: str, config_path: str | os.PathLike[str] | None,
-              overrides: Sequence[str], selection: Mapping[str, Any] | None, data_dir: str | None) -> list[RunPlan]:
+              overrides: Sequence[str], selection: Mapping[str, Any] | None, data_dir: str | None,
+              check: Callable[[RunPlan], None] | None = None) -> list[RunPlan]:
     """``definition.plan`` of profile ``profile`` (``cfg``, loaded from ``config_path`` or the shipped file
-    with ``overrides``); an error about a key of the profile named in its file, as a schema error is (or
-    as the ``--set`` that gave it). ``run`` and ``tune`` plan through it."""
+    with ``overrides``), each plan then given to ``check`` (a caller's own checks, raising ConfigError);
+    an error about a key of the profile named in its file, as a schema error is (or as the ``--set`` that
+    gave it). ``run`` and ``tune`` plan through it."""
     try:
-        return definition.plan(cfg, dict(selection or {}), data_dir=data_dir)
+        plans = definition.plan(cfg, dict(selection or {}), data_dir=data_dir)
+        for plan in plans if check is not None else ():
+            check(plan)
+        return plans
     except ConfigError as exc:
         source = config_path if config_path is not None else definition.suite_path()
         raise ConfigError(in_profile_file(str(exc), cfg, source, profile, parse_overrides(overrides))) from None

@@ -35,7 +35,7 @@ from recurbench.forecasters.models import ARCHITECTURES, build_network
 from recurbench.forecasters.training import ValCheck, train
 from recurbench.runtime import raise_if_terminated
 from recurbench.seeding import seed_everything
-from recurbench.suites.base import RunPlan, in_profile_file, suite_file
+from recurbench.suites.base import RunPlan, suite_file
 from recurbench.suites.registry import load_profile
 from recurbench.suites.runner import plan_runs
 from recurbench.tracking import RunHandle
@@ -185,14 +185,7 @@ def plan_target(objective: LTSFObjective | MinigridObjective, selection: Mapping
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             (plan,) = plan_runs(definition, cfg, objective.profile, objective.config, objective.overrides,
-                                {**selection, "seeds": 1}, data_dir)
-            if check is not None:
-                try:
-                    check(plan)
-                except ConfigError as exc:
-                    source = objective.config if objective.config is not None else definition.suite_path()
-                    raise ConfigError(in_profile_file(str(exc), cfg, source, objective.profile,
-                                                      parse_overrides(objective.overrides))) from None
+                                {**selection, "seeds": 1}, data_dir, check)
     except ConfigError as exc:
         raise ConfigError(_as_tune_option(str(exc))) from None
     finally:  # before the error too, as `run` says them
