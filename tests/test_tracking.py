@@ -355,3 +355,27 @@ def test_a_crash_while_creating_a_store_leaves_no_half_created_store(tmp_path, m
     tracker = MlflowTracker(uri)
     tracker.experiment_id("recurbench-x")  # made afresh, the leftover replaced
     assert (tmp_path / "mlflow.db").exists() and not (tmp_path / ".mlflow.db.creating").exists()
+
+
+def test_a_retried_store_writer_call_writes_nothing_twice(tmp_path):
+    """Ray retries a call to the store writer whose process died; if it died after the write and
+    before answering, the retry repeats the write. A second ``start`` of the same request returns the
+    run the first created, and a metric point written again with its time stamp is stored once."""
+    from mlflow.tracking import MlflowClient  # noqa: PLC0415 - as the other tests read the store
+
+    from recurbench.engine import REQUEST_TAG, StoreWriter  # noqa: PLC0415 - the writer of Ray sessions
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    writer = StoreWriter(uri)
+    tags = {"role": "test", REQUEST_TAG: "a" * 32}
+    first = writer.start("recurbench-writer", "once", tags, None)
+    again = StoreWriter(uri).start("recurbench-writer", "once", tags, None)  # as the restarted writer
+    other = writer.start("recurbench-writer", "once", {**tags, REQUEST_TAG: "b" * 32}, None)
+    assert again == first and other != first  # another request is another run
+    for _ in range(2):
+        writer.call(first, "log_metrics", {"loss": 0.5}, 3, 1_700_000_000_000)
+    writer.end(first, "FINISHED")
+    client = MlflowClient(uri)
+    runs = client.search_runs([client.get_experiment_by_name("recurbench-writer").experiment_id])
+    assert sorted(r.info.run_id for r in runs) == sorted([first, other])
+    assert [(m.step, m.value) for m in client.get_metric_history(first, "loss")] == [(3, 0.5)]

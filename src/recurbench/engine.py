@@ -41,6 +41,7 @@ import signal
 import socket
 import sys
 import threading
+import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
@@ -55,6 +56,7 @@ from recurbench.tracking import (
     RunHandle,
     RunRecord,
     Tracker,
+    now_ms,
     redact_uri,
     sqlite_file,
 )
@@ -168,6 +170,11 @@ def check_cluster_store(spec: EngineSpec, uri: str, what: str = "tracking URI") 
 # Tracking through one writer (embedded stores under Ray)
 
 
+REQUEST_TAG = "recurbench.writer_request"
+"""The tag naming the :meth:`WriterTracker._start` call that created a run, so that a retried call
+finds its run instead of creating a second one."""
+
+
 class StoreWriter:
     """Holds the only client of an embedded MLflow store during a Ray session; every run of the
     session is written through it, one call at a time (a Ray actor of this class)."""
@@ -177,6 +184,13 @@ class StoreWriter:
         self.tracker.open()
 
     def start(self, experiment: str, name: str, tags: dict[str, str], parent_id: str | None) -> str:
+        """Create the run, or return the one an earlier attempt of this same call created: a call
+        retried after the writer's process died between creating the run and answering would
+        otherwise open the run twice (``tags`` carries the caller's :data:`REQUEST_TAG`)."""
+        if (request := tags.get(REQUEST_TAG)) is not None:
+            done = self.tracker.runs_tagged(experiment, REQUEST_TAG, request)
+            if done:
+                return done[0]
         return self.tracker._start(experiment, name, tags, parent_id).run_id
 
     def call(self, run_id: str, method: str, *args: Any) -> None:
@@ -216,7 +230,9 @@ class WriterRun(RunHandle):
         self._call("log_params", dict(params))
 
     def log_metrics(self, metrics: Mapping[str, float], step: int | None = None) -> None:
-        self._call("log_metrics", dict(metrics), step)
+        # Stamped here, so that a write retried after the writer's process died stores the same
+        # points (the store drops an exact repeat) instead of a second copy of each.
+        self._call("log_metrics", dict(metrics), step, now_ms())
 
     def set_tags(self, tags: Mapping[str, Any]) -> None:
         self._call("set_tags", dict(tags))
@@ -240,6 +256,7 @@ class WriterTracker(Tracker):
         return ray.get(ref)
 
     def _start(self, experiment: str, name: str, tags: dict[str, str], parent_id: str | None) -> RunHandle:
+        tags = {**tags, REQUEST_TAG: uuid.uuid4().hex}
         return WriterRun(self.writer, self._get(self.writer.start.remote(experiment, name, tags, parent_id)))
 
     def _end(self, run: RunHandle, status: str) -> None:

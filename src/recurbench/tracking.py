@@ -725,6 +725,11 @@ def redact_uri(uri: str) -> str:
     return re.sub(r"(//[^/@:]*):[^/@]*@", r"\1:***@", uri, count=1)
 
 
+def now_ms() -> int:
+    """The time now in milliseconds since the epoch, as MLflow stamps metrics."""
+    return int(time.time() * 1000)
+
+
 class MlflowRun(RunHandle):
     def __init__(self, client: Any, run_id: str) -> None:
         self.client = client
@@ -737,10 +742,13 @@ class MlflowRun(RunHandle):
         for i in range(0, len(items), 100):
             self.client.log_batch(self.run_id, params=items[i : i + 100])
 
-    def log_metrics(self, metrics: Mapping[str, float], step: int | None = None) -> None:
+    def log_metrics(self, metrics: Mapping[str, float], step: int | None = None,
+                    timestamp_ms: int | None = None) -> None:
+        """``timestamp_ms``: the points' time (now by default); the store keeps one copy of a point
+        logged twice with the same time, step and value."""
         from mlflow.entities import Metric  # noqa: PLC0415 - MLflow: 1.5 s to import, the CLI's store checks and --help do without
 
-        now = int(time.time() * 1000)
+        now = now_ms() if timestamp_ms is None else timestamp_ms
         items = [
             Metric(k, float(v), now, int(step or 0))
             for k, v in metrics.items()
@@ -882,6 +890,13 @@ class MlflowTracker(Tracker):
 
     def _end(self, run: RunHandle, status: str) -> None:
         self.client.set_terminated(run.run_id, status=status)
+
+    def runs_tagged(self, experiment: str, key: str, value: str) -> list[str]:
+        """The ids of the runs of ``experiment`` (any status) whose tag ``key`` is ``value``, newest first."""
+        found = self.client.get_experiment_by_name(experiment)
+        if found is None:
+            return []
+        return [r.info.run_id for r in search_all_runs(self.client, found.experiment_id, f"tags.`{key}` = '{value}'")]
 
     def stored_runs(self, experiment: str, tags: Mapping[str, str], status: str = "FINISHED") -> list[RunRecord]:
         if status not in RUN_STATUSES:
