@@ -37,11 +37,22 @@ def test_data_verify_prints_the_folders_it_looked_in_and_how_to_get_the_file(now
     assert [cell.strip() for cell in row.split("│")[1:-1]] == ["ETTh1", "missing", "-", "not found (see below)"]
 
 
-def test_data_verify_names_each_missing_file_once(nowhere):
-    result = runner.invoke(app, ["data", "verify", "ETTh1", "WTH"])
-    message = str(result.exception)
-    assert message.count("dataset file ETTh1.csv not found") == 1 and message.count("dataset file WTH.csv not found") == 1
-    assert "To get it: WTH has no stable download URL" in message
+def test_data_verify_names_the_missing_files_in_one_message(nowhere):
+    """Five missing files were five full messages, each listing the same folders: now one, with one
+    `data fetch` for the files that have a URL and the way to get the one that has none."""
+    result = runner.invoke(app, ["data", "verify", "ETTh1", "WTH", "ETTm2", "ETTh1"])
+    assert result.exit_code == 1
+    assert str(result.exception) == (
+        "dataset files ETTh1.csv, WTH.csv, ETTm2.csv not found. Looked in the folders (--data-dir, "
+        "$RECURBENCH_DATA, user cache):\n"
+        f"  - {nowhere / 'env'}\n"
+        f"  - {nowhere / 'cache' / 'recurbench' / 'data'}\n"
+        "To get them: run `recurbench data fetch ETTh1 ETTm2` (downloads from the ETDataset repository, "
+        "CC BY-ND 4.0); WTH has no stable download URL: get WTH.csv from the Informer2020 authors' data "
+        "download (linked from their README), put it in one of the folders above, and run "
+        "`recurbench data verify WTH` to check its sha256; or point --data-dir / $RECURBENCH_DATA at a "
+        "folder holding them."
+    )
 
 
 @pytest.mark.parametrize("command", [["data", "list"], ["data", "verify"], ["data", "list", "--json"]])

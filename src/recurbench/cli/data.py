@@ -44,7 +44,12 @@ def data_verify(
 ) -> None:
     """Check each dataset file's sha256 against the registry; exit 1 if any is missing or differs."""
     from recurbench.data import verify  # noqa: PLC0415 - torch, pandas
-    from recurbench.data.registry import check_data_dir  # noqa: PLC0415 - torch, pandas
+    from recurbench.data.registry import (  # noqa: PLC0415 - torch, pandas
+        check_data_dir,
+        get_spec,
+        not_found_message,
+        search_dirs,
+    )
 
     check_data_dir(data_dir)  # one error, not a table of datasets all "missing"
     results = verify(names, data_dir)
@@ -57,9 +62,12 @@ def data_verify(
         rows = [[r.name, Text(r.status, style=colour[r.status]), r.path or "-", detail.get(r.status, r.message)]
                 for r in results]
         console.print(table("sha256 verification", ["name", "status", "path", "detail"], rows))
-    bad = [r for r in results if r.status != "ok"]
+    missing = [get_spec(r.name) for r in results if r.status == "missing"]
+    bad = [r.message for r in results if r.status == "mismatch"]
+    if missing:
+        bad.append(not_found_message(list(dict.fromkeys(missing)), search_dirs(data_dir)))
     if bad:
-        raise DataError("\n".join(dict.fromkeys(r.message for r in bad)))
+        raise DataError("\n".join(bad))
 
 
 def data_fetch(

@@ -16,7 +16,7 @@ import os
 import shutil
 import tempfile
 import urllib.request
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -132,11 +132,24 @@ def locate(name: str, data_dir: str | os.PathLike[str] | None = None) -> Path:
         candidate = folder / spec.filename
         if candidate.is_file():
             return candidate
-    looked = "\n".join(f"  - {folder / spec.filename}" for folder in dirs)
-    raise DataError(
-        f"dataset file {spec.filename} not found. Looked in (--data-dir, ${ENV_VAR}, user cache):\n"
-        f"{looked}\nTo get it: {spec.how_to_get}, or point --data-dir / ${ENV_VAR} at a folder holding it."
-    )
+    raise DataError(not_found_message([spec], dirs))
+
+
+def not_found_message(specs: Sequence[DatasetSpec], dirs: Sequence[Path]) -> str:
+    """Where the dataset files of ``specs`` were looked for and how to get them: one message for all
+    of them (one ``data fetch`` for those with a URL), not one per file."""
+    if len(specs) == 1:
+        (spec,) = specs
+        looked = "\n".join(f"  - {folder / spec.filename}" for folder in dirs)
+        return (f"dataset file {spec.filename} not found. Looked in (--data-dir, ${ENV_VAR}, user cache):\n"
+                f"{looked}\nTo get it: {spec.how_to_get}, or point --data-dir / ${ENV_VAR} at a folder holding it.")
+    looked = "\n".join(f"  - {folder}" for folder in dirs)
+    fetched = [s.name for s in specs if s.url is not None]
+    ways = [_ETT_HOW.format(" ".join(fetched))] if fetched else []  # only the ETT files have a URL
+    ways += [s.how_to_get for s in specs if s.url is None]
+    return (f"dataset files {', '.join(s.filename for s in specs)} not found. Looked in the folders "
+            f"(--data-dir, ${ENV_VAR}, user cache):\n{looked}\nTo get them: {'; '.join(ways)}; or point "
+            f"--data-dir / ${ENV_VAR} at a folder holding them.")
 
 
 def sha256_of(path: Path, chunk: int = 1 << 20) -> str:
