@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import warnings
 from contextlib import nullcontext
 
 import pytest
@@ -135,7 +136,6 @@ def test_a_pair_from_two_families_is_taken_with_a_note():
         (plan,) = definition.plan(paper, {"pairs": ["MiniGrid-MemoryS7-v0:MiniGrid-DoorKey-8x8-v0"], "models": ["lstm"]},
                                   data_dir=None)
     assert plan.params["test_env"] == "MiniGrid-DoorKey-8x8-v0"
-    import warnings
 
     with warnings.catch_warnings():
         warnings.simplefilter("error", DataWarning)
@@ -150,8 +150,12 @@ def test_a_pair_from_two_families_is_taken_with_a_note():
         ("MiniGrid-MemoryS7-v0:", r"expected TRAIN_ID:TEST_ID"),
         ("a:b:c", r"--pair\.0 'a:b:c': expected TRAIN_ID:TEST_ID, two gymnasium ids joined by one colon"),
         ("MiniGrid-MemoryS8-v0:MiniGrid-MemoryS9-v0",
-         r"env pair 'MiniGrid-MemoryS8-v0:MiniGrid-MemoryS9-v0' \(train\): unknown environment id "
+         r"--pair\.0 'MiniGrid-MemoryS8-v0:MiniGrid-MemoryS9-v0' \(train\): unknown environment id "
          r"'MiniGrid-MemoryS8-v0' \(not in gymnasium's registry\); similar ids: MiniGrid-MemoryS9-v0, MiniGrid-MemoryS7-v0"),
+        # A typo in the family's name was first warned about as "two MiniGrid families", then refused.
+        ("MiniGrid-Emptyy-5x5-v0:MiniGrid-Empty-8x8-v0",
+         r"^--pair\.0 'MiniGrid-Emptyy-5x5-v0:MiniGrid-Empty-8x8-v0' \(train\): unknown environment id "
+         r"'MiniGrid-Emptyy-5x5-v0'"),
         ("MiniGrid-MemoryS7-v0:CartPole-v1",
          r"env pair 'MiniGrid-MemoryS7-v0:CartPole-v1' \(test\): environment 'CartPole-v1' lacks the observation "
          r"keys \['image', 'direction'\]"),
@@ -161,8 +165,19 @@ def test_a_bad_pair_is_refused_before_anything_trains(pair, message):
     definition, paper = load_profile("minigrid", "paper")
     # A pair of two families is said first (a warning), then refused for CartPole's observations.
     said = pytest.warns(DataWarning, match="two MiniGrid families") if "CartPole" in pair else nullcontext()
-    with said, pytest.raises(ConfigError, match=message):
+    with said, pytest.raises(ConfigError, match=message), warnings.catch_warnings():
+        if "CartPole" not in pair:
+            warnings.simplefilter("error", DataWarning)  # no warning before the error
         definition.plan(paper, {"pairs": [pair]}, data_dir=None)
+
+
+def test_a_bad_id_in_a_profile_pair_is_named_by_its_key_in_the_file(tmp_path):
+    path = _write(tmp_path, {**TINY, "envs": ["typo"],
+                             "pairs": {"typo": {"train": "MiniGrid-MemoryS7-v0", "test": "MiniGrid-MemoryS9-vv0"}}})
+    with pytest.raises(ConfigError) as bad:
+        run_suite("minigrid", "tiny", MemoryTracker(), config_path=path, dry_run=True)
+    assert str(bad.value).startswith(f"{path}: profiles.tiny.pairs.typo.test: unknown environment id "
+                                     "'MiniGrid-MemoryS9-vv0' (not in gymnasium's registry); similar ids: ")
 
 
 def test_the_cli_takes_pairs_and_reports_a_bad_one(tmp_path):

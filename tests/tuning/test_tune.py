@@ -33,7 +33,7 @@ MEMORY_S9 = EnvPair("MemoryS9", "MiniGrid-MemoryS7-v0", "MiniGrid-MemoryS9-v0")
          r"minigrid\.yaml: profiles\.quick\.ppo: n_steps \(12\) and batch_size \(12\) must be multiples of one of the "
          r"BPTT lengths tune tries for rellstm \(8, 16, 32\)$"),
         ({"env": "MiniGrid-MemoryS7-v0:MiniGrid-MemoryS99-v0"},
-         r"^env pair 'MiniGrid-MemoryS7-v0:MiniGrid-MemoryS99-v0' \(test\): unknown environment id 'MiniGrid-MemoryS99-v0'"),
+         r"^--env 'MiniGrid-MemoryS7-v0:MiniGrid-MemoryS99-v0' \(test\): unknown environment id 'MiniGrid-MemoryS99-v0'"),
         # Numpy's "Seed must be between 0 and 2**32 - 1" traceback, after the study was created.
         ({"seed": -1}, r"^--seed must be at least 0, got -1$"),
         ({"seed": 2**32}, r"^--seed must be at most 2147483647, got 4294967296$"),

@@ -24,7 +24,7 @@ import math
 import re
 import statistics
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from functools import lru_cache
 from typing import Annotated, Any
 
@@ -41,7 +41,7 @@ from recurbench.agents.training import (
 )
 from recurbench.config import StrictModel, Unique, check_names, check_unique, known_name
 from recurbench.envs import ENV_PAIRS, EnvPair, parse_pair
-from recurbench.envs.minigrid import check_env
+from recurbench.envs.minigrid import check_env, check_env_id
 from recurbench.errors import ConfigError, DataWarning
 from recurbench.plugins import planned_settings, plugin_settings_field
 from recurbench.records import logged_settings
@@ -140,6 +140,11 @@ def selected_pairs(profile: MinigridProfile, selection: Mapping[str, Any]) -> li
     pairs = [known[name] for name in names]
     for i, text in enumerate(selection.get("pairs") or ()):
         parsed = parse_pair(text, f"--pair.{i}")
+        for role, env_id in (("train", parsed.train), ("test", parsed.test)):
+            try:  # an id with a typo is that error alone, not also a warning about two families
+                check_env_id(env_id)
+            except ConfigError as exc:
+                raise ConfigError(f"--pair.{i} {text!r} ({role}): {exc}") from None
         if (train := env_family(parsed.train)) != (test := env_family(parsed.test)):
             warnings.warn(f"--pair.{i} {text!r}: train and test come from two MiniGrid families ({train}, {test}): "
                           "the test reward then measures another task, not generalisation to a harder one of the same "
@@ -157,15 +162,17 @@ def env_family(env_id: str) -> str:
     return re.sub(r"(S\d+\w*|\d+)$", "", parts[1]) if len(parts) > 2 else env_id
 
 
-def check_pair_envs(pairs: Sequence[EnvPair], core: CoreSettings) -> None:
+def check_pair_envs(pairs: Sequence[EnvPair], core: CoreSettings, own: Collection[str] = ()) -> None:
     """Each env id registered and made once with the observation the agent reads: a bad one is a
-    ConfigError naming its pair, before anything trains."""
+    ConfigError naming its pair, before anything trains; one of the profile's ``own`` pairs by its key
+    (``pairs.<name>.<role>``, which the runner names in the profile's file)."""
     for pair in pairs:
         for role, env_id in (("train", pair.train), ("test", pair.test)):
             try:
                 check_env(env_id, mission_len=mission_len(core))
             except ConfigError as exc:
-                raise ConfigError(f"env pair {pair.name!r} ({role}): {exc}") from None
+                where = f"pairs.{pair.name}.{role}:" if pair.name in own else f"env pair {pair.name!r} ({role}):"
+                raise ConfigError(f"{where} {exc}") from None
 
 
 class MinigridSuite(SuiteDefinition):
@@ -190,7 +197,7 @@ class MinigridSuite(SuiteDefinition):
                 f"ppo: n_steps ({profile.ppo.n_steps}) and batch_size ({profile.ppo.batch_size}) must be "
                 f"multiples of seq_len ({profile.ppo.seq_len})"
             )
-        check_pair_envs(pairs, profile.core)
+        check_pair_envs(pairs, profile.core, own=profile.pairs)
         tags = {"observation": observation_tag(profile.core)}
         return [
             RunPlan(f"{pair.name}-{core}-s{seed}", seed, {"agent": core, "env": pair.name, **tags},
