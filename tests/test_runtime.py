@@ -10,7 +10,8 @@ import sys
 
 import pytest
 
-from recurbench.runtime import tune_allocator
+from recurbench.errors import ConfigError
+from recurbench.runtime import physical_memory, tune_allocator
 
 # A training step's pattern in small: six 8 MiB, two ~12 MiB and one 40 MiB tensors (growing a little each
 # round) allocated, written and freed, eight times. With glibc's defaults part of that memory goes back to
@@ -28,7 +29,8 @@ from recurbench.runtime import tune_allocator
 _ROUNDS = """
 import json, resource
 import torch
-from recurbench.runtime import tune_allocator
+from recurbench.errors import ConfigError
+from recurbench.runtime import physical_memory, tune_allocator
 from recurbench.tracking import standard_tags
 applied = tune_allocator()
 M = 1024 * 1024  # float32 elements: 4 MiB
@@ -151,3 +153,17 @@ def test_a_termination_swallowed_on_its_way_is_raised_at_the_next_checkpoint():
         assert "Exception ignored" not in handled.stderr, (where, handled.stderr)
     ctrl_c = run("handled", "finalizer", signal.SIGINT)  # Ctrl-C: Python's plain KeyboardInterrupt
     assert ctrl_c.stdout.strip() == "stopped:", ctrl_c
+
+
+@pytest.mark.parametrize("value", ["0", "-2", "lots", "inf", "nan", ""])
+def test_a_bad_memory_setting_is_refused_by_name(monkeypatch, value):
+    monkeypatch.setenv("RECURBENCH_MEMORY_GIB", value)
+    with pytest.raises(ConfigError, match=rf"^\$RECURBENCH_MEMORY_GIB: must be a positive number of GiB, got '{value}'$"):
+        physical_memory()
+
+
+def test_the_memory_setting_stands_in_for_the_machine(monkeypatch):
+    monkeypatch.setenv("RECURBENCH_MEMORY_GIB", "1.5")
+    assert physical_memory() == 3 * 2**29
+    monkeypatch.delenv("RECURBENCH_MEMORY_GIB")
+    assert physical_memory() == os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")

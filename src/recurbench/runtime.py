@@ -45,8 +45,11 @@ import signal
 import sys
 from typing import Any
 
+from recurbench.errors import ConfigError
+
 __all__ = [
-    "MMAP_THRESHOLD", "TRIM_THRESHOLD", "allocator", "handle_termination", "raise_if_terminated", "tune_allocator",
+    "MEMORY_VAR", "MMAP_THRESHOLD", "TRIM_THRESHOLD", "allocator", "handle_termination", "physical_memory", "raise_if_terminated",
+    "tune_allocator",
 ]
 
 _M_TRIM_THRESHOLD = -1
@@ -155,3 +158,26 @@ def stop_signal() -> int | None:
     """The signal (SIGTERM, SIGINT) that asked this process to stop, once one has
     (:func:`handle_termination`); None until then."""
     return _pending
+
+
+MEMORY_VAR = "RECURBENCH_MEMORY_GIB"
+"""The memory, in GiB, that plan-time checks take a machine to have instead of this one's: a driver on
+a small machine planning for larger workers of a Ray cluster, or a test suite that must not depend on
+the machine it runs on."""
+
+
+def physical_memory() -> int | None:
+    """This machine's memory in bytes (or ``$RECURBENCH_MEMORY_GIB``'s); None where the platform does not
+    say. Plan-time checks refuse a run that could not fit in it."""
+    if (given := os.environ.get(MEMORY_VAR)) is not None:
+        try:
+            gib = float(given)
+        except ValueError:
+            gib = float("nan")
+        if not gib > 0 or gib == float("inf"):
+            raise ConfigError(f"${MEMORY_VAR}: must be a positive number of GiB, got {given!r}")
+        return int(gib * 2**30)
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (AttributeError, ValueError, OSError):
+        return None

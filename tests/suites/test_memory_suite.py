@@ -304,3 +304,14 @@ def test_summary_sets_table5_beside_ours():
     assert table[("1000", "rnn")]["paper (Table 5)"] == "0.80" and table[("1000", "rnn")]["budget"] == "solved at 12,500"
     assert table[("2000", "memrnn")]["paper (Table 5)"] == "OOM"
     assert table[("200", "sab")]["budget"] == "solved 1/2 at 9,000; 150,000 updates"
+
+
+def test_a_delay_whose_training_batch_cannot_fit_is_refused_by_its_length(monkeypatch):
+    """``--lengths 100000000`` allocated 8.5 GB before failing; the plan now refuses it, naming it."""
+    monkeypatch.setenv("RECURBENCH_MEMORY_GIB", "1")
+    definition, profile = load_profile("memory", "table5")
+    assert definition.plan(profile, {"lengths": ["100", "1000"], "models": ["lstm"]}, data_dir=None)
+    with pytest.raises(ConfigError, match=r"^--lengths\.1: a delay T = 100000 needs about 8 GiB to train \(batch 10 x "
+                                          r"100020 steps x 128 units, kept for the backward pass\), more than this "
+                                          r"machine's 1 GiB of memory$"):
+        definition.plan(profile, {"lengths": ["100", "100000"], "models": ["lstm"]}, data_dir=None)

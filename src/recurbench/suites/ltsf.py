@@ -41,6 +41,7 @@ from recurbench.data import DATASETS
 from recurbench.data.protocol import LTSFData, WindowSpec, prepare
 from recurbench.errors import ConfigError, DataError
 from recurbench.forecasters.config import ForecasterConfig, RSASpec
+from recurbench.forecasters.footprint import eval_batch, over_budget
 from recurbench.forecasters.models import ARCHITECTURES, build_network
 from recurbench.forecasters.training import (
     TrainConfig,
@@ -54,6 +55,7 @@ from recurbench.forecasters.training import (
 from recurbench.plugins import planned_settings, plugin_settings_field
 from recurbench.records import flatten, logged_settings, param_value
 from recurbench.reference import reference_text
+from recurbench.runtime import physical_memory
 from recurbench.suites.base import (
     ProgressFn,
     RunOutcome,
@@ -320,6 +322,32 @@ _BEFORE_LOGGED: dict[str, Any] = {"training.lr_hold_epochs": 1}
 the learning rate after every epoch until ``lr_hold_epochs`` (default 2, Informer2020's loop) came."""
 
 
+def _too_big(job: LTSFJob, have: int) -> str | None:
+    """What is wrong with a run whose training step could not fit in ``have`` bytes, the machine's memory
+    (:mod:`recurbench.forecasters.footprint`): the kernel would kill it, or another process, mid-run."""
+    net = job.network
+    if (over := over_budget(job.model, net, job.training.batch_size, have, **job.model_settings)) is None:
+        return None
+    need, fits = over
+    return (f"{job.model} on {job.dataset} horizon {job.window.pred_len} (windows of {net.seq_len} + {net.label_len} + "
+            f"{net.pred_len} steps) needs about {need / 2**30:.1f} GiB; "
+            + (f"a batch of at most {fits} fits" if fits else "not even one window fits"))
+
+
+def _check_fits(jobs: Sequence[LTSFJob]) -> None:
+    """Refuse, at plan time, the runs whose training step could not fit in this machine's memory, all
+    of them in one error."""
+    if (have := physical_memory()) is None or not jobs:
+        return
+    if problems := [p for job in jobs if (p := _too_big(job, have)) is not None]:
+        listed = "".join(f"\n  - {p}" for p in problems)
+        raise ConfigError(
+            f"training.batch_size: at batch {jobs[0].training.batch_size}, {len(problems)} run(s) need more than "
+            f"this machine's {have / 2**30:.1f} GiB of memory to train (the tensors kept for the backward pass, and "
+            f"the weights with Adam's state):{listed}\nSet a smaller batch (--set training.batch_size=N), or leave "
+            "these runs out (--datasets, --horizons, --models).")
+
+
 class LTSFSuite(SuiteDefinition):
     name = "ltsf"
     profile_model = LTSFProfile
@@ -334,6 +362,7 @@ class LTSFSuite(SuiteDefinition):
         seeds = selected_seeds(selection, profile.seeds)
         chosen_horizons = _selected_horizons(selection["horizons"]) if selection.get("horizons") else None
         plans: list[RunPlan] = []
+        jobs: list[LTSFJob] = []
         for dataset in datasets:
             horizons = chosen_horizons or profile.horizons.get(dataset)
             if not horizons:
@@ -357,12 +386,14 @@ class LTSFSuite(SuiteDefinition):
                 _check_windows(data, f"{dataset} horizon {horizon}")
                 for model in models:
                     job, params = _job(profile, dataset, horizon, model, data.n_features, len(data.time_feature_names))
+                    jobs.append(job)
                     for seed in seeds:
                         plans.append(RunPlan(
                             name=f"{model}-{dataset}-{horizon}-s{seed}", seed=seed,
                             tags={"model": model, "dataset": dataset, "horizon": str(horizon)},
                             params=params, payload=job,
                         ))
+        _check_fits(jobs)
         return plans
 
     def shipped_settings(self, profile: BaseModel) -> list[tuple[dict[str, str], dict[str, str | None]]]:
@@ -440,11 +471,15 @@ class LTSFSuite(SuiteDefinition):
             last_check[0] = f", batch {check.batches}/{check.epoch_batches}: val {check.val_loss:.4f}"
             progress(check.progress, epochs, f"epoch {check.epoch}/{epochs}{last_check[0]}")
 
-        result = train(network, data.train.dataset(), data.val.dataset(), job.window.pred_len, job.training,
+        training = job.training
+        if (have := physical_memory()) is not None:  # a smaller evaluation batch where 256 long windows would not fit
+            training = replace(training, eval_batch_size=eval_batch(
+                job.model, job.network, training.eval_batch_size, have // 4, **job.model_settings))
+        result = train(network, data.train.dataset(), data.val.dataset(), job.window.pred_len, training,
                        on_epoch=on_epoch, on_batch=on_batch, on_check=on_check)
         test_set = data.test.dataset()
-        test = evaluate(network, test_set, job.window.pred_len, batch_size=job.training.eval_batch_size,
-                        stride=job.training.test_stride)
+        test = evaluate(network, test_set, job.window.pred_len, batch_size=training.eval_batch_size,
+                        stride=training.test_stride)
         gates, rem = rsa_state(network)
         metrics = {
             "test_mse": test["mse"], "test_mae": test["mae"], "n_params": float(n_params),

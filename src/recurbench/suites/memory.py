@@ -53,7 +53,6 @@ Table 5's cell for each model (``reference/kerg_table5_copy.csv``).
 from __future__ import annotations
 
 import math
-import os
 import statistics
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, fields, replace
@@ -82,6 +81,7 @@ from recurbench.memory.training import (
 from recurbench.plugins import planned_settings, plugin_settings_field
 from recurbench.records import logged_settings
 from recurbench.reference import kerg_table5_reference
+from recurbench.runtime import physical_memory
 from recurbench.suites.base import (
     ProgressFn,
     RunOutcome,
@@ -284,11 +284,7 @@ def _check_memory(job: MemoryJob, lengths: Sequence[int], key: str) -> None:
     ``--lengths 100000000`` allocated 8.5 GB before failing), with the estimate."""
     steps = job.T + 2 * job.copy_length
     need = job.training.batch_size * steps * job.network.hidden_size * BYTES_PER_STEP_AND_UNIT
-    try:
-        have = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    except (AttributeError, ValueError, OSError):
-        return
-    if need > have:
+    if (have := physical_memory()) is not None and need > have:
         where = f"{key}.{lengths.index(job.T)}" if job.T in lengths else key
         raise ConfigError(
             f"{where}: a delay T = {job.T} needs about {need / 2**30:.0f} GiB to train (batch "
