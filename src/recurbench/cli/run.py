@@ -64,7 +64,7 @@ def run_cmd(
     profile: Annotated[str, typer.Option("--profile", "-p", help="Profile in the suite file, e.g. quick or paper.")] = "quick",
     datasets: Annotated[list[str] | None, typer.Option("--datasets", help="LTSF: datasets to run (comma-separated or repeated).")] = None,
     horizons: Annotated[list[str] | None, typer.Option("--horizons", help="LTSF: horizons to run.")] = None,
-    models: Annotated[list[str] | None, typer.Option("--models", help="Models (forecasters) or cores (agents) to run.")] = None,
+    models: Annotated[list[str] | None, typer.Option("--models", help="Models to run: forecasters (ltsf), agent cores (minigrid), language models (langs) or cores (memory).")] = None,
     envs: Annotated[list[str] | None, typer.Option("--envs", help="MiniGrid: env pairs to run (see `recurbench list envs`).")] = None,
     pairs: Annotated[list[str] | None, typer.Option("--pair", metavar="TRAIN:TEST", help="MiniGrid: a train/test pair of gymnasium ids, TRAIN_ID:TEST_ID (repeatable).")] = None,
     languages: Annotated[

@@ -16,8 +16,11 @@ Faster paths give the same outputs as stepping (``tests/memory/test_memory_model
   resets within a sequence. About 3x the steps per second of the step loop on a CPU.
 * the attentive cores (MemLSTM, RelLSTM, MemRNN, RelRNN) and the RNNs (orth-RNN, expRNN): the core's
   ``sequence_outputs``, the whole sequence as one autograd node with a hand-written backward
-  (:mod:`recurbench.kernels.memattn.sequence`).
-* SAB, with ``compile_core=True`` when gradients are recorded: the
+  (:mod:`recurbench.kernels.memattn.sequence`; the attentive cores' step loop in C++ on a CPU, the
+  RNNs' in Python).
+* SAB: its ``sequence_outputs`` too, on a CPU in the C++ loop only; elsewhere (a GPU, or no C++
+  compiler) it steps its cell eagerly (its memory grows from step to step, so it is never compiled).
+* any other core (a plugin's), with ``compile_core=True`` when gradients are recorded: the
   core's :meth:`cell` compiled by ``torch.compile`` and stepped exactly as ``MemoryCore.step`` does
   (``reset``, then ``cell``), for a compilation of 10-60 s per process and core shape.
 
@@ -322,8 +325,8 @@ class MemorySequenceModel(nn.Module):
 
 PATHS = ("fast", "step", "compiled", "history")
 """How :meth:`MemorySequenceModel.forward` runs the core: ``fast`` (the default: ``nn.LSTM``'s kernel
-for the LSTM, :meth:`~recurbench.agents.cores.AttentiveCore.sequence_outputs` for the attentive
-cores, else the step loop, compiled with ``compile_core``), ``step`` (the step loop, as the agents
+for the LSTM, the core's ``sequence_outputs`` for the attentive cores, the RNNs and SAB, else the
+step loop, compiled with ``compile_core``), ``step`` (the step loop, as the agents
 step), ``compiled`` (the step loop over a ``torch.compile``'d cell) and ``history`` (MemLSTM / MemRNN
 over the append-only history; else the step loop)."""
 
