@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import signal
+
 import pytest
 
 from recurbench.records import flatten
@@ -379,3 +382,25 @@ def test_a_retried_store_writer_call_writes_nothing_twice(tmp_path):
     runs = client.search_runs([client.get_experiment_by_name("recurbench-writer").experiment_id])
     assert sorted(r.info.run_id for r in runs) == sorted([first, other])
     assert [(m.step, m.value) for m in client.get_metric_history(first, "loss")] == [(3, 0.5)]
+
+
+class _StoppedWhileEnding(MemoryTracker):
+    """A second Ctrl-C that arrives while a run is being ended in the store."""
+
+    def _end(self, run, status):
+        os.kill(os.getpid(), signal.SIGINT)  # delivered to this thread before kill returns, unless held
+        super()._end(run, status)
+
+
+@pytest.mark.parametrize("raised", [KeyboardInterrupt, ValueError, None])
+def test_a_second_stop_while_a_run_is_being_ended_comes_after_it_is_ended(raised):
+    """Three Ctrl-C 50 ms apart left runs RUNNING (2 tries in 12) while the command said they were
+    ended KILLED: the next one cut the closing short. The closing now holds a stop back until the run
+    is ended, then lets it through."""
+    tracker = _StoppedWhileEnding()
+    with pytest.raises(KeyboardInterrupt):
+        with tracker.run("r", experiment="e"):
+            if raised is not None:
+                raise raised("first")
+    (run,) = tracker.runs
+    assert run.status == {KeyboardInterrupt: "KILLED", ValueError: "FAILED", None: "FINISHED"}[raised]

@@ -43,13 +43,16 @@ import ctypes.util
 import os
 import signal
 import sys
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from recurbench.errors import ConfigError
 
 __all__ = [
     "MEMORY_VAR", "MMAP_THRESHOLD", "TRIM_THRESHOLD", "allocator", "handle_termination", "physical_memory", "raise_if_terminated",
-    "tune_allocator",
+    "stops_held", "tune_allocator",
 ]
 
 _M_TRIM_THRESHOLD = -1
@@ -152,6 +155,23 @@ def handle_termination() -> None:
     if sys.unraisablehook is not _unraisable:
         _previous_unraisablehook = sys.unraisablehook
         sys.unraisablehook = _unraisable
+
+
+@contextmanager
+def stops_held() -> Iterator[None]:
+    """Hold SIGINT and SIGTERM back while the block runs (a run being ended in the store), then let a
+    stop that came meanwhile through: a second Ctrl-C right after the first cut the closing of runs
+    short, and left them RUNNING though the command said they were ended (2 of 12 tries of three
+    Ctrl-C 50 ms apart). A no-op outside the main thread, where signals are not handled, and where
+    the platform has no signal mask."""
+    if threading.current_thread() is not threading.main_thread() or not hasattr(signal, "pthread_sigmask"):
+        yield
+        return
+    held = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, held)
 
 
 def stop_signal() -> int | None:

@@ -64,7 +64,7 @@ from filelock import FileLock, Timeout
 import recurbench
 from recurbench.errors import ConfigError, RecurbenchError
 from recurbench.records import RunRecord, flatten, param_value
-from recurbench.runtime import allocator, stop_signal
+from recurbench.runtime import allocator, stop_signal, stops_held
 
 RESULTS_DIR = Path("results")
 DEFAULT_TRACKING_URI = "sqlite:///results/mlflow.db"
@@ -237,14 +237,17 @@ class Tracker(ABC):
             self._close(handle, "FAILED", {"error": message[:5000], "error_traceback": traceback.format_exc()[-5000:]})
             raise
         else:
-            self._end(handle, "FINISHED")
+            with stops_held():  # a stop now comes after the run is FINISHED, not between
+                self._end(handle, "FINISHED")
 
     def _close(self, handle: RunHandle, status: str, tags: Mapping[str, str]) -> None:
-        """End a run that raised; where the store itself is gone, leave it (its owner, this process,
-        will be gone too when the next driver looks) rather than mask the error with another one."""
+        """End a run that raised, a second stop held back until it is ended; where the store itself
+        is gone, leave it (its owner, this process, will be gone too when the next driver looks) rather
+        than mask the error with another one."""
         try:
-            handle.set_tags(tags)
-            self._end(handle, status)
+            with stops_held():
+                handle.set_tags(tags)
+                self._end(handle, status)
         except StoreUnreachable:
             pass
 
