@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -366,3 +367,27 @@ def test_skip_finished_resumes_a_suite_from_its_mlflow_store(tmp_path, data_dir)
     assert result.exit_code == 0, result.output
     assert "already finished" not in result.output
     assert len(MlflowTracker(uri).stored_runs("recurbench-ltsf", {})) == 3
+
+
+def test_a_run_on_another_data_file_is_another_run(data_dir, tmp_path):
+    """``--skip-finished`` took a run trained on an altered copy of ETTh1 for a run on the official file
+    (its closing table showed the altered data's MSE): the file read is now part of the run's settings,
+    ``data_file``. A run on the registered file keeps the key runs had before the param came."""
+    import hashlib
+
+    from recurbench.suites.runner import plan_key
+
+    original = (data_dir / "ETTh1.csv").read_bytes()
+    lines = original.decode().splitlines(keepends=True)
+    lines[5] = lines[5].rsplit(",", 1)[0] + ",99.0\n"  # one value changed
+    altered = "".join(lines).encode()
+    (tmp_path / "ETTh1.csv").write_bytes(altered)
+    suite, quick = load_profile("ltsf", "quick")
+    pick = {"models": ["informer"]}
+    (official,) = suite.plan(quick, pick, data_dir=str(data_dir))
+    (other,) = suite.plan(quick, pick, data_dir=str(tmp_path))
+    assert official.params["data_file"] == "registry"
+    assert other.params["data_file"] == f"sha256:{hashlib.sha256(altered).hexdigest()}"
+    assert plan_key("ltsf", "quick", official) != plan_key("ltsf", "quick", other)
+    before = {k: v for k, v in official.params.items() if k != "data_file"}  # what a run logged before
+    assert plan_key("ltsf", "quick", official) == plan_key("ltsf", "quick", replace(official, params=before))

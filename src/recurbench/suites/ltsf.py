@@ -22,6 +22,7 @@ import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import MISSING, asdict, dataclass, field, fields, replace
 from functools import lru_cache
+from types import MappingProxyType
 from typing import Annotated, Any, Literal
 
 import torch
@@ -265,10 +266,26 @@ def _named(exc: Exception, profile: LTSFProfile, dataset: str, horizon: int, mod
     return ConfigError(f"{where}: {exc} ({context})" if where else f"{context}: {exc}")
 
 
+REGISTRY_FILE = "registry"
+"""The ``data_file`` param of a run on the registered dataset's own file (its sha256 as the registry pins
+it): the file every run logged before the param came was checked against."""
+
+
+def data_file(data: LTSFData) -> str:
+    """Which file a run reads, as its ``data_file`` param: :data:`REGISTRY_FILE`, else the file's sha256
+    (a modified copy, a user's CSV). A run on other data is another run: ``--skip-finished`` does not
+    take one for the other (it took a run on an altered ETTh1 for the official file's)."""
+    if data.registry_sha256 is not None and data.sha256 == data.registry_sha256:
+        return REGISTRY_FILE
+    return f"sha256:{data.sha256}"
+
+
 def _job(
-    profile: LTSFProfile, dataset: str, horizon: int, model: str, n_features: int, n_marks: int
+    profile: LTSFProfile, dataset: str, horizon: int, model: str, n_features: int, n_marks: int,
+    source: str = REGISTRY_FILE,
 ) -> tuple[LTSFJob, dict[str, Any]]:
-    """One configuration's run settings and the params it logs (the seed aside)."""
+    """One configuration's run settings and the params it logs (the seed aside); ``source``: the data
+    file's :func:`data_file`."""
     setting = profile.windows[dataset][horizon]
     ms, ts = profile.model, profile.training
     shared = TrainConfig(
@@ -303,7 +320,7 @@ def _job(
     own = planned_settings(ARCHITECTURES, model, profile.plugin_settings)
     job = LTSFJob(dataset, model, window, network, training, profile.torch_threads, own)
     params = {
-        "dataset": dataset, "model": model, "horizon": horizon,
+        "dataset": dataset, "model": model, "horizon": horizon, "data_file": source,
         "network": {k: v for k, v in asdict(network).items() if k != "rsa"},
         "rsa": asdict(rsa) if rsa is not None else "none",
         "training": asdict(training), "torch_threads": profile.torch_threads,
@@ -354,6 +371,7 @@ class LTSFSuite(SuiteDefinition):
     selection_keys = ("datasets", "horizons", "models")
     headline_metrics = ("test_mse", "test_mae", "n_params", "epochs_run", "best_epoch", "seconds_per_epoch")
     execute_params = _EXECUTE_PARAMS
+    added_params = MappingProxyType({"data_file": REGISTRY_FILE})
 
     def plan(self, profile: BaseModel, selection: Mapping[str, Any], *, data_dir: str | None) -> list[RunPlan]:
         assert isinstance(profile, LTSFProfile)
@@ -385,7 +403,8 @@ class LTSFSuite(SuiteDefinition):
                     raise ConfigError(f"{dataset} (horizon {horizon}): {exc}") from None
                 _check_windows(data, f"{dataset} horizon {horizon}")
                 for model in models:
-                    job, params = _job(profile, dataset, horizon, model, data.n_features, len(data.time_feature_names))
+                    job, params = _job(profile, dataset, horizon, model, data.n_features, len(data.time_feature_names),
+                                       data_file(data))
                     jobs.append(job)
                     for seed in seeds:
                         plans.append(RunPlan(
