@@ -49,6 +49,33 @@ def test_a_bad_file_is_one_error_naming_it(tmp_path):
         read_yaml(path)
 
 
+def test_a_file_that_is_not_utf8_is_one_line_naming_the_byte(tmp_path):
+    path = tmp_path / "garbage.yaml"
+    path.write_bytes(b"suite: memory\nseeds: [1, 2]\nname: caf\xe9\n")
+    with pytest.raises(ConfigError) as info:
+        read_yaml(path)
+    assert str(info.value) == (
+        f"{path}: line 3: not UTF-8 text (byte 0xe9 at offset 37: invalid continuation byte)"
+    )
+
+
+def test_random_bytes_are_one_line_not_a_traceback(tmp_path):
+    path = tmp_path / "garbage.yaml"
+    path.write_bytes(b"\xad" + bytes(range(256)) * 8)
+    with pytest.raises(ConfigError) as info:
+        read_yaml(path)
+    assert str(info.value) == f"{path}: line 1: not UTF-8 text (byte 0xad at offset 0: invalid start byte)"
+
+
+def test_a_directory_is_not_a_config_file(tmp_path):
+    with pytest.raises(ConfigError) as info:
+        read_yaml(tmp_path)
+    assert str(info.value) == f"{tmp_path}: is a directory, not a config file"
+    with pytest.raises(ConfigError) as info:
+        read_yaml(tmp_path / "missing.yaml")
+    assert str(info.value) == f"{tmp_path / 'missing.yaml'}: no such config file"
+
+
 def test_a_value_that_fits_no_member_of_a_union_is_one_line():
     # Two lines under pydantic's names for the members ("memory_window.constrained-int: ...",
     # "memory_window.literal['episode']: ...").

@@ -116,12 +116,33 @@ def load_yaml_text(text: str) -> Any:
     return yaml.load(text, Loader=_Loader)  # noqa: S506 - _Loader is a SafeLoader
 
 
+def read_config_text(path: Path) -> str:
+    """The text of the config file at ``path``; a :class:`ConfigError` in one line for a path that is
+    missing, a directory or unreadable, and for bytes that are not UTF-8 (naming the first bad byte)."""
+    if path.is_dir():
+        raise ConfigError(f"{path}: is a directory, not a config file")
+    if not path.exists():
+        raise ConfigError(f"{path}: no such config file")
+    if not path.is_file():
+        raise ConfigError(f"{path}: not a regular file")
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read the config file: {exc.strerror or exc}") from None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        raise ConfigError(
+            f"{path}: line {line}: not UTF-8 text (byte 0x{data[exc.start]:02x} at offset {exc.start}: {exc.reason})"
+        ) from None
+
+
 def read_yaml(path: str | os.PathLike[str]) -> dict[str, Any]:
     path = Path(path)
-    if not path.is_file():
-        raise ConfigError(f"{path}: no such config file")
+    text = read_config_text(path)
     try:
-        data = load_yaml_text(path.read_text(encoding="utf-8"))
+        data = load_yaml_text(text)
     except yaml.YAMLError as exc:
         raise ConfigError(f"{path}: invalid YAML: {exc}") from None
     if not isinstance(data, Mapping):

@@ -147,3 +147,61 @@ def test_a_missing_registered_dataset_says_where_it_looked_and_how_to_get_it(tmp
     for folder in ("explicit", "env", "cache/recurbench/data"):
         assert str(tmp_path / folder / "ETTh2.csv") in message
     assert "recurbench data fetch ETTh2" in message
+
+
+def _read_exact(path, message):
+    with pytest.raises(DataError) as info:
+        read_series(path)
+    assert str(info.value) == f"{path}: {message}"
+
+
+def _blank_line_message(blank, data_line):
+    return (f"line {blank}: blank line before the data row on line {data_line}; "
+            "remove it (blank lines are accepted only at the end of the file)")
+
+
+def test_a_blank_line_between_data_rows_is_refused_by_its_line(tmp_path):
+    # pandas skips a blank line, so a later bad cell would be reported one line too early: the
+    # 'abc' below is on line 9 of the file, which the old check called line 8.
+    lines = _rows(10)
+    lines[6] = lines[6].rsplit(",", 1)[0] + ",abc"
+    lines.insert(3, "")  # file line 5
+    _read_exact(_write(tmp_path, lines), _blank_line_message(5, 6))
+
+
+def test_a_row_replaced_by_a_blank_line_is_refused_by_its_line(tmp_path):
+    # without the check: an irregular timestamp at the line after the blank, one line off
+    lines = _rows(10)
+    lines[4] = ""  # file line 6
+    _read_exact(_write(tmp_path, lines), _blank_line_message(6, 7))
+
+
+@pytest.mark.parametrize("blank", ["   ", "\t", " \t "])
+def test_a_whitespace_only_line_is_a_blank_line(tmp_path, blank):
+    lines = _rows(8)
+    lines.insert(2, blank)  # file line 4
+    _read_exact(_write(tmp_path, lines), _blank_line_message(4, 5))
+
+
+def test_a_blank_line_under_the_header_is_refused(tmp_path):
+    _read_exact(_write(tmp_path, ["", "", *_rows(6)]), _blank_line_message(2, 4))
+
+
+def test_a_blank_first_line_is_not_a_header(tmp_path):
+    # pandas would skip it and read line 2 as the header, and every line number after it one off
+    _read_exact(_write(tmp_path, _rows(6), header="\n" + HEADER), "line 1: blank line where the header should be")
+
+
+@pytest.mark.parametrize(
+    ("newline", "bom", "tail"),
+    [("\n", "", ""), ("\n", "", "\n"), ("\n", "", "\n\n  \n"), ("\r\n", "", ""), ("\r\n", "", "\r\n"),
+     ("\n", "\ufeff", ""), ("\r\n", "\ufeff", "\r\n")],
+)
+def test_blank_lines_at_the_end_crlf_and_a_bom_are_accepted(tmp_path, newline, bom, tail):
+    path = tmp_path / "mine.csv"
+    text = bom + newline.join([HEADER.rstrip("\n"), *_rows(12)]) + newline + tail
+    path.write_bytes(text.encode("utf-8"))
+    series = read_series(path)
+    assert len(series) == 12
+    assert series.columns == ("a", "b", "OT")
+    assert series.values[-1].tolist() == [11.5, 22.0, 4.0]

@@ -92,21 +92,35 @@ def _where(path: Path, data_row: int, column: str | None = None) -> str:
 
 
 def _check_row_lengths(path: Path) -> None:
-    """Every row must have the header's number of fields (pandas would silently pad short rows), and
-    no column name may repeat (pandas would silently rename the second ``x`` to ``x.1``)."""
+    """Every row must have the header's number of fields (pandas would silently pad short rows), no
+    column name may repeat (pandas would silently rename the second ``x`` to ``x.1``), and no blank
+    line may come before a data row: pandas skips blank (or whitespace-only) lines, which would shift
+    every line number that :func:`_where` reports after one. Blank lines at the end of the file are
+    accepted: no row follows them, so they shift nothing."""
     try:
         with open(path, newline="", encoding="utf-8") as fh:
             reader = csv.reader(fh, skipinitialspace=True)
             header = next(reader, None)
             if header is None:
                 raise DataError(f"{path}: the file is empty")
+            if len(header) <= 1 and not "".join(header).strip():
+                raise DataError(f"{path}: line 1: blank line where the header should be")
             seen: dict[str, int] = {}
             for i, name in enumerate(header, start=1):
                 if name in seen:
                     raise DataError(f"{path}: line 1, column {i}: the name {name!r} repeats column {seen[name]}")
                 seen[name] = i
+            blank = None  # the first blank line not yet followed by a data row
             for line_no, row in enumerate(reader, start=2):
-                if len(row) != len(header) and row:
+                if len(row) <= 1 and not "".join(row).strip():
+                    blank = blank or line_no
+                    continue
+                if blank is not None:
+                    raise DataError(
+                        f"{path}: line {blank}: blank line before the data row on line {line_no}; "
+                        "remove it (blank lines are accepted only at the end of the file)"
+                    )
+                if len(row) != len(header):
                     where = f"{path}: line {line_no} (data row {line_no - 1})"
                     if len(row) < len(header):
                         raise DataError(
