@@ -246,6 +246,25 @@ def test_a_run_wider_than_this_machine_is_refused_before_ray_starts(tmp_path, mo
     assert list(tmp_path.iterdir()) == []  # refused before the store was opened
 
 
+@pytest.mark.parametrize("gpus,asked,message", [
+    (0, 1, r"^--gpus-per-run 1: PyTorch sees 0 GPUs on this machine, fewer than one run would reserve; leave "
+           r"--gpus-per-run out, or --address for a cluster$"),
+    (2, 3, r"^--gpus-per-run 3: PyTorch sees 2 GPUs on this machine, fewer than one run would reserve; give "
+           r"--gpus-per-run 2 or less, or --address for a cluster$"),
+])
+def test_gpus_this_machine_lacks_are_refused_before_the_store_or_ray(tmp_path, monkeypatch, gpus, asked, message):
+    """The local instance refused ``--gpus-per-run 1`` on a machine without a GPU only once started (18 s),
+    an empty store already created."""
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: gpus)
+    with pytest.raises(ConfigError, match=message):
+        with open_session(EngineSpec("ray", workers=1, gpus_per_run=asked), MlflowTracker(f"sqlite:///{tmp_path}/m.db")):
+            pass
+    assert not ray.is_initialized()
+    assert list(tmp_path.iterdir()) == []
+
+
 def memory_monitor_setting() -> str | None:
     """Run as a task: the memory monitor's setting its worker (and so its raylet) was started with."""
     return os.environ.get("RAY_memory_monitor_refresh_ms")

@@ -523,12 +523,23 @@ def _local_only_settings() -> Iterator[None]:
 
 def check_fits_here(spec: EngineSpec) -> None:
     """Refuse a run wider than this machine for a local instance, which is sized to the request: it
-    would reserve (and train with, as torch threads) more CPUs than there are."""
+    would reserve (and train with, as torch threads) more CPUs than there are, or GPUs that PyTorch
+    does not see. Before the store is opened or Ray started (the instance refused it 18 s later, an
+    empty store left behind)."""
     cores = os.cpu_count() or 1
     if spec.cpus_per_run > cores:
         raise ConfigError(f"--cpus-per-run {spec.cpus_per_run:g}: this machine has {cores} CPU"
                           f"{'s' if cores != 1 else ''}, fewer than one run would reserve (and train with, as "
                           f"torch threads); give --cpus-per-run {cores} or less, or --address for a cluster")
+    if spec.gpus_per_run:
+        import torch  # noqa: PLC0415 - only where GPUs are asked for
+
+        gpus = torch.cuda.device_count()
+        if spec.gpus_per_run > gpus:
+            raise ConfigError(f"--gpus-per-run {spec.gpus_per_run:g}: PyTorch sees {gpus} GPU"
+                              f"{'s' if gpus != 1 else ''} on this machine, fewer than one run would reserve; "
+                              + (f"give --gpus-per-run {gpus} or less" if gpus else "leave --gpus-per-run out")
+                              + ", or --address for a cluster")
 
 
 def _start_local(ray: Any, spec: EngineSpec, elsewhere: str | None) -> str:
