@@ -162,16 +162,23 @@ def stops_held() -> Iterator[None]:
     """Hold SIGINT and SIGTERM back while the block runs (a run being ended in the store), then let a
     stop that came meanwhile through: a second Ctrl-C right after the first cut the closing of runs
     short, and left them RUNNING though the command said they were ended (2 of 12 tries of three
-    Ctrl-C 50 ms apart). A no-op outside the main thread, where signals are not handled, and where
-    the platform has no signal mask."""
-    if threading.current_thread() is not threading.main_thread() or not hasattr(signal, "pthread_sigmask"):
+    Ctrl-C 50 ms apart). The handlers are swapped for one that notes the signal, which is raised again
+    once the block is done (a signal mask would not do: the kernel hands a process's signal to any of
+    its threads that does not block it, MLflow's and Ray's included). A no-op outside the main thread,
+    where Python runs no signal handler."""
+    if threading.current_thread() is not threading.main_thread():
         yield
         return
-    held = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+    came: list[int] = []
+    stops = (signal.SIGINT, signal.SIGTERM)
+    previous = {signum: signal.signal(signum, lambda signum, frame: came.append(signum)) for signum in stops}
     try:
         yield
     finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, held)
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+        if came:
+            signal.raise_signal(came[0])  # as if it came now, to the handler it would have met
 
 
 def stop_signal() -> int | None:

@@ -105,7 +105,7 @@ def _stopped(signum: int) -> NoReturn:
     # said so). The tracking module is only looked up, not imported: a command that never opened a store has none.
     tracking = sys.modules.get("recurbench.tracking")
     lost = list(getattr(getattr(tracking, "ServerClient", None), "lost", []))
-    what = lost[-1] if lost else "the runs in progress were ended KILLED"
+    what = lost[-1] if lost else "any runs in progress were ended KILLED"
     err_console.print(f"stopped by {signal.Signals(signum).name}: {what}", highlight=False)
     sys.exit(128 + signum)
 
