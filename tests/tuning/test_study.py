@@ -3,6 +3,7 @@ a NaN prunes instead of crashing, MLflow gets a parent run and a nested run per 
 
 from __future__ import annotations
 
+import logging
 import math
 import os
 import signal
@@ -121,6 +122,86 @@ def test_a_killed_study_resumes_exactly(tmp_path, storage, optuna_beats):
     retried = [t for t in finished if t.system_attrs.get("failed_trial") == stale.number]
     assert len(retried) == 1 and retried[0].params == stale.params
     assert len({t.params["x"] for t in finished}) == 6
+
+
+def test_a_killed_drivers_mlflow_runs_end_failed_and_new_trials_nest_under_a_live_parent(tmp_path):
+    """SIGKILL in trial 2 of 5 leaves the driver's parent run and trial 2's run RUNNING in MLflow; the
+    next invocation ends both FAILED, naming why (their owner process is gone), and nests the trials it
+    runs under its own parent, which ends FINISHED: no run stays RUNNING. (Before, both stayed RUNNING
+    and the new trials nested under the dead parent, the new parent ending with no children.)"""
+    from recurbench.tracking import MlflowTracker
+
+    url, uri = f"journal:{tmp_path / 'journal.log'}", f"sqlite:///{tmp_path / 'mlflow.db'}"
+    script = textwrap.dedent(
+        f"""
+        import sys; sys.path.insert(0, {os.path.dirname(__file__)!r})
+        from test_study import KilledAt
+        from recurbench.tracking import MlflowTracker
+        from recurbench.tuning.study import StudySpec, run_study
+        run_study(StudySpec("dead", 5, storage={url!r}, seed=3), KilledAt(at=2), MlflowTracker({uri!r}))
+        """
+    )
+    proc = subprocess.run([sys.executable, "-W", "ignore", "-c", script], capture_output=True, text=True)
+    assert proc.returncode == -signal.SIGKILL, proc.stderr[-3000:]
+
+    tracker = MlflowTracker(uri)
+    result = run_study(StudySpec("dead", 5, storage=url, seed=3), KilledAt(), tracker)
+    runs = {status: tracker.stored_runs("recurbench-toy", {"study": "dead"}, status)
+            for status in ("RUNNING", "FINISHED", "FAILED")}
+    assert runs["RUNNING"] == []
+    failed = {r.tags["role"]: r for r in runs["FAILED"]}
+    assert len(runs["FAILED"]) == 2 and sorted(failed) == ["study", "trial"] and failed["trial"].tags["trial"] == "2"
+    assert failed["trial"].parent_id == failed["study"].run_id
+    assert all("driver that is gone" in r.tags["error"] for r in failed.values())
+    new_parent = next(r for r in runs["FINISHED"] if r.tags["role"] == "study")
+    assert new_parent.run_id == result.parent_run_id
+    new_trials = [r for r in runs["FINISHED"] if r.tags["role"] == "trial" and int(r.tags["trial"]) > 2]
+    assert len(new_trials) == 3 and all(r.parent_id == result.parent_run_id for r in new_trials)
+    assert load_study(StudySpec("dead", 5, storage=url), "minimize").user_attrs["mlflow_parent_run_id"] == result.parent_run_id
+
+
+@dataclass
+class StoppedAt(Quadratic):
+    """Quadratic stopped in trial ``at``, after drawing x, as Ctrl-C or SIGTERM stops it
+    (:func:`recurbench.runtime.handle_termination` raises KeyboardInterrupt)."""
+
+    at: int = -1
+
+    def __call__(self, trial, run):
+        x = trial.suggest_float("x", -5, 6)
+        if trial.number == self.at:
+            raise KeyboardInterrupt("terminated by signal 15")
+        return (x - 2) ** 2
+
+
+@pytest.mark.parametrize("storage", ["journal", "sqlite"])
+def test_a_stopped_study_continues_exactly_without_optunas_traceback(tmp_path, storage):
+    """SIGTERM (KeyboardInterrupt) in trial 2 of 5: the trial ends FAIL and its run KILLED, Optuna's
+    warning with a traceback ("Trial 2 failed with parameters ...", to Optuna's handler on its "optuna"
+    logger) is not printed, and the same study started again evaluates the stopped trial's parameters
+    (as it does a killed trial's). Before, they were never tried again."""
+    path = tmp_path / ("journal.log" if storage == "journal" else "optuna.db")
+    url = f"journal:{path}" if storage == "journal" else f"sqlite:///{path}"
+    spec = StudySpec("stopped", 5, storage=url, seed=3)
+    tracker, said = MemoryTracker(), logging.Handler()
+    said.emit = (records := []).append  # beside Optuna's own handler, which prints to stderr
+    logging.getLogger("optuna").addHandler(said)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            run_study(spec, StoppedAt(at=2), tracker)
+    finally:
+        logging.getLogger("optuna").removeHandler(said)
+    assert [r.getMessage() for r in records if r.levelno >= logging.WARNING] == []
+    (stopped,) = _states(spec)[TrialState.FAIL]
+    assert stopped.number == 2
+    assert next(r for r in tracker.runs if r.name == "trial-2").status == "KILLED"
+
+    run_study(spec, StoppedAt(), MemoryTracker())
+    after = _states(spec)
+    finished = after[TrialState.COMPLETE] + after[TrialState.PRUNED]
+    assert len(finished) == 5 and after[TrialState.WAITING] == [] and after[TrialState.RUNNING] == []
+    retried = [t for t in finished if t.system_attrs.get("failed_trial") == stopped.number]
+    assert len(retried) == 1 and retried[0].params == stopped.params
 
 
 @dataclass

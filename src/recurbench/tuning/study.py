@@ -21,12 +21,18 @@
   none, which Optuna never counts as stale: so each trial records one itself before anything else runs
   (:func:`_trial_fn`), and a trial killed inside the objective, however soon, is always recovered. The
   journal storage has no heartbeat: the driver fails such a trial through :meth:`optuna.Study.tell` and
-  calls the same retry callback.
+  calls the same retry callback. A trial stopped by Ctrl-C or SIGTERM ends FAIL (its run KILLED) and
+  has its parameters enqueued again by that callback too (:func:`_retry`), so a stopped study, started
+  again, continues as a killed one does; Optuna's warning with a traceback is not printed for a stop.
+  The MLflow runs a killed invocation left RUNNING are ended FAILED when their owner process is
+  provably gone (:func:`end_dead_runs`, the rule of :mod:`recurbench.tracking`).
 * The sampler is seeded with ``seed``, the worker's number and the number of trials the study already
   holds, so that a resumed study does not replay its start-up proposals.
 * MLflow: a parent run per study (its id kept in the study's user attributes, so a resumed study
-  logs under the same parent), a nested run per trial (params, intermediate values, final value,
-  state), and at the end the best parameters and Optuna's figures as artifacts of the parent.
+  logs under the same parent while that run is RUNNING or FINISHED; one that ended FAILED or KILLED, or
+  that the tracking store does not hold, is replaced by the new invocation's), a nested run per trial
+  (params, intermediate values, final value, state), and at the end the best parameters and Optuna's
+  figures as artifacts of the parent.
 * Objective values are minimised or maximised as the objective declares; a NaN or infinite value
   prunes the trial instead of crashing the study.
 """
@@ -35,6 +41,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import logging
 import math
 import time
 import warnings
@@ -52,6 +59,7 @@ from optuna.trial import FrozenTrial, TrialState
 
 from recurbench.engine import EngineSpec, open_session, task_device
 from recurbench.errors import ConfigError
+from recurbench.suites.runner import STALE_REASON
 from recurbench.tracking import (
     RunHandle,
     Tracker,
@@ -59,6 +67,7 @@ from recurbench.tracking import (
     check_sqlite_file,
     experiment_name,
     make_tracker,
+    owner_gone,
     sqlite_file,
     standard_tags,
 )
@@ -158,6 +167,14 @@ def _retry_callback(max_retry: int) -> tuple[str, Callable[[optuna.Study, Frozen
     return "heartbeat_stale_trial_callback", RetryHeartbeatStaleTrialCallback(max_retry=max_retry)
 
 
+def _retry(study: optuna.Study, number: int, max_retry: int) -> None:
+    """Enqueue the parameters of trial ``number`` (failed, or about to be) again, with Optuna's retry
+    callback: what the heartbeat does for a stale trial, here for a journal storage's or a stopped one."""
+    with _experimental_api():
+        retry = _retry_callback(max_retry)[1]
+    retry(study, study.get_trials(deepcopy=False)[number])
+
+
 def _retry_kwargs(max_retry: int) -> dict[str, Any]:
     name, callback = _retry_callback(max_retry)
     return {name: callback}
@@ -212,11 +229,9 @@ def recover_stale_trials(study: optuna.Study, spec: StudySpec, poll_s: float = 1
     if not running:
         return []
     if is_journal(spec.storage):
-        with _experimental_api():
-            retry = _retry_callback(spec.max_retry)[1]
         for number in running:
             study.tell(number, state=TrialState.FAIL)
-            retry(study, study.get_trials(deepcopy=False)[number])
+            _retry(study, number, spec.max_retry)
         return running
     # A database storage: a dead trial's last beat is at most now, so it is stale within grace_period.
     wait = spec.grace_period + 2 * spec.heartbeat_interval
@@ -233,32 +248,86 @@ def recover_stale_trials(study: optuna.Study, spec: StudySpec, poll_s: float = 1
         time.sleep(poll_s)
 
 
+def end_dead_runs(tracker: Tracker, experiment: str, study_name: str) -> list[str]:
+    """End FAILED the runs of study ``study_name`` (its trials' and its parent runs) left RUNNING by a
+    process that is provably gone (:func:`recurbench.tracking.owner_gone`: killed outright, say); their
+    ids. Runs of live drivers and workers, or of owners this machine cannot check, are left alone."""
+    running = [r for r in tracker.stored_runs(experiment, {"study": study_name}, "RUNNING") if owner_gone(r.tags)]
+    trials = [r.run_id for r in running if r.tags.get("role") == "trial"]
+    parents = [r.run_id for r in running if r.tags.get("role") == "study"]
+    return (tracker.end_runs(trials, STALE_REASON + "; its Optuna trial is failed and its parameters tried again")
+            + tracker.end_runs(parents, STALE_REASON))
+
+
+def _live_parent(tracker: Tracker, experiment: str, study_name: str, run_id: str | None) -> bool:
+    """Whether ``run_id`` (the study's stored parent run) is one to nest trials under: RUNNING (a live
+    driver's: dead ones were ended) or FINISHED (a resumed study), in this tracking store."""
+    return run_id is not None and any(
+        r.run_id == run_id for status in ("RUNNING", "FINISHED")
+        for r in tracker.stored_runs(experiment, {"role": "study", "study": study_name}, status))
+
+
+class _QuietStops(logging.Filter):
+    """Drops Optuna's warnings on the trials in :attr:`numbers` ("Trial N failed with parameters ...",
+    with a traceback, and "... failed with value None"): those stopped by Ctrl-C or SIGTERM, which the
+    command reports in one line itself."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.numbers: set[int] = set()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        return not any(message.startswith(f"Trial {n} failed with ") for n in self.numbers)
+
+
+@contextmanager
+def _quiet_stops() -> Iterator[set[int]]:
+    """Around ``study.optimize``: the set into which a trial stopped by Ctrl-C or SIGTERM puts its number,
+    so that Optuna's warnings on it are not printed."""
+    quiet, logger = _QuietStops(), logging.getLogger("optuna.study._optimize")  # Optuna's _log_failed_trial
+    logger.addFilter(quiet)
+    try:
+        yield quiet.numbers
+    finally:
+        logger.removeFilter(quiet)
+
+
 def _trial_fn(objective: Objective, tracker: Tracker, parent_id: str, tags: dict[str, str],
-              heartbeat: RDBStorage | None = None) -> Callable[[optuna.Trial], float]:
+              heartbeat: RDBStorage | None = None, max_retry: int = 2,
+              stopped: set[int] | None = None) -> Callable[[optuna.Trial], float]:
     """The function ``study.optimize`` calls per trial: a nested MLflow run around ``objective``.
     ``heartbeat``: the study's database storage, whose heartbeat the trial records at once (see the
-    module docstring: a trial with no beat at all would never be recovered)."""
+    module docstring: a trial with no beat at all would never be recovered). A trial stopped by Ctrl-C
+    or SIGTERM (KeyboardInterrupt) has its parameters enqueued again (:func:`_retry`, up to
+    ``max_retry`` times) and its number added to ``stopped`` before the stop propagates."""
     experiment = experiment_name(objective.suite)
 
     def run_trial(trial: optuna.Trial) -> float:
         if heartbeat is not None:
             heartbeat.record_heartbeat(trial._trial_id)  # the storage API names trials by id, not number
         pruned: optuna.TrialPruned | None = None
-        with tracker.run(
-            f"trial-{trial.number}", experiment=experiment, parent=parent_id,
-            tags=standard_tags(**tags, role="trial", trial=trial.number, study=trial.study.study_name),
-        ) as run:
-            try:
-                value = objective(trial, run)
-                if not math.isfinite(value):
-                    raise optuna.TrialPruned(f"objective value is {value}")
-                run.log_params(trial.params)
-                run.log_metrics({"objective": value})
-                run.set_tags({"state": "COMPLETE"})
-            except optuna.TrialPruned as exc:
-                run.log_params(trial.params)
-                run.set_tags({"state": "PRUNED", "pruned_reason": str(exc)})
-                pruned = exc
+        try:
+            with tracker.run(
+                f"trial-{trial.number}", experiment=experiment, parent=parent_id,
+                tags=standard_tags(**tags, role="trial", trial=trial.number, study=trial.study.study_name),
+            ) as run:
+                try:
+                    value = objective(trial, run)
+                    if not math.isfinite(value):
+                        raise optuna.TrialPruned(f"objective value is {value}")
+                    run.log_params(trial.params)
+                    run.log_metrics({"objective": value})
+                    run.set_tags({"state": "COMPLETE"})
+                except optuna.TrialPruned as exc:
+                    run.log_params(trial.params)
+                    run.set_tags({"state": "PRUNED", "pruned_reason": str(exc)})
+                    pruned = exc
+        except KeyboardInterrupt:  # Ctrl-C or SIGTERM: Optuna fails the trial; its parameters run again
+            if stopped is not None:
+                stopped.add(trial.number)
+            _retry(trial.study, trial.number, max_retry)
+            raise
         if pruned is not None:
             raise pruned
         return value
@@ -282,14 +351,16 @@ def study_worker(spec: StudySpec, objective: Objective, parent_id: str, worker: 
     if len(study.get_trials(deepcopy=False, states=FINISHED)) >= spec.n_trials:
         return 0
     before = len(study.get_trials(deepcopy=False))
-    study.optimize(
-        _trial_fn(objective, tracker, parent_id, {**spec.tags, "worker": str(worker)},
-                  heartbeat=storage if isinstance(storage, RDBStorage) and storage.heartbeat_interval else None),
-        timeout=spec.timeout,
-        callbacks=[MaxTrialsCallback(spec.n_trials, states=(*FINISHED, TrialState.RUNNING)), _say_trial],
-        catch=(),
-        gc_after_trial=True,
-    )
+    with _quiet_stops() as stopped:
+        study.optimize(
+            _trial_fn(objective, tracker, parent_id, {**spec.tags, "worker": str(worker)},
+                      heartbeat=storage if isinstance(storage, RDBStorage) and storage.heartbeat_interval else None,
+                      max_retry=spec.max_retry, stopped=stopped),
+            timeout=spec.timeout,
+            callbacks=[MaxTrialsCallback(spec.n_trials, states=(*FINISHED, TrialState.RUNNING)), _say_trial],
+            catch=(),
+            gc_after_trial=True,
+        )
     return len(study.get_trials(deepcopy=False)) - before
 
 
@@ -322,7 +393,10 @@ def run_study(
     crashes: list[str] = []
     with open_session(engine, tracker) as session:
         recovered = recover_stale_trials(study, spec)
+        end_dead_runs(session.tracker, experiment, spec.study_name)
         parent_id = study.user_attrs.get(PARENT_RUN_ATTR)
+        if not _live_parent(session.tracker, experiment, spec.study_name, parent_id):
+            parent_id = None
         with session.tracker.run(
             spec.study_name, experiment=experiment,
             tags=standard_tags(**spec.tags, role="study", study=spec.study_name, engine=engine.kind),
@@ -343,6 +417,7 @@ def run_study(
                 if len(crashes) == died:  # the rest are running in another driver
                     break
                 recovered += recover_stale_trials(study, spec)
+                end_dead_runs(session.tracker, experiment, spec.study_name)
             study = load_study(spec, objective.direction)
             trials = study.get_trials(deepcopy=False)
             counts = {state.name.lower(): sum(t.state == state for t in trials) for state in TrialState}
