@@ -19,9 +19,10 @@ The count takes about half a second per network, so :func:`bound_bytes`, a close
 for the three architectures, decides first whether it is needed at all.
 
 Evaluation (no gradients) peaks far lower per window (LogSparse WTH-336: 1,433 MiB at 16 windows,
-791 MiB at 8, about 80 MiB per window against the 770 MiB a training window keeps) but runs at ``eval_batch_size`` (256): :func:`eval_batch` caps that
-batch where a quarter of the machine would not hold it, counting each window at its training size
-(high). Results do not depend on the evaluation batch.
+791 MiB at 8, about 80 MiB per window against the 770 MiB a training window keeps) but runs at
+``eval_batch_size`` (256): :func:`eval_batch` caps that batch where a quarter of the machine would not
+hold it, counting each window at its training size (high). Results do not depend on the evaluation
+batch.
 """
 
 from __future__ import annotations
@@ -45,7 +46,9 @@ def bound_bytes(cfg: ForecasterConfig, batch: int) -> int:
     """A closed-form upper bound of what training keeps at ``batch`` (with :data:`HEADROOM`): per layer
     (a decoder layer counted twice, for its cross-attention) 16 float maps of heads x L x L and L x (32
     d_model + 8 d_ff) floats, L the whole window (seq_len + label_len + pred_len). Over every network
-    of the shipped profiles it is at least 2.7 times what :func:`over_budget` counts (tested)."""
+    of the shipped profiles at batch 2 it is at least 1.87 times what :func:`over_budget` counts for
+    the kept tensors with their headroom (RSA-LogSparse at ETTh1-24 of ``paper``; a larger batch
+    raises the ratio), and twice that over ``small`` and ``quick`` (tested)."""
     length = cfg.seq_len + cfg.label_len + cfg.pred_len
     layers = cfg.e_layers + 2 * cfg.d_layers
     per_layer = cfg.n_heads * length * length * 16 + length * (32 * cfg.d_model + 8 * cfg.d_ff)
