@@ -399,6 +399,10 @@ def test_a_second_stop_while_a_run_is_being_ended_comes_after_it_is_ended(raised
     ended KILLED: the next one cut the closing short. The closing now holds a stop back until the run
     is ended, then lets it through."""
     tracker = _StoppedWhileEnding()
+    # Ctrl-C's own handler, and SIGINT not blocked in this thread (which the other thread inherits): an
+    # earlier test in this process may have left either otherwise.
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)
+    mask = signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
     done = threading.Event()
     other = threading.Thread(target=done.wait)  # as MLflow's and Ray's threads: any thread may get the signal
     other.start()
@@ -410,5 +414,7 @@ def test_a_second_stop_while_a_run_is_being_ended_comes_after_it_is_ended(raised
     finally:
         done.set()
         other.join()
+        signal.signal(signal.SIGINT, before)
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
     (run,) = tracker.runs
     assert run.status == {KeyboardInterrupt: "KILLED", ValueError: "FAILED", None: "FINISHED"}[raised]
