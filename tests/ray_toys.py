@@ -13,6 +13,7 @@ import optuna
 
 from recurbench.config import StrictModel
 from recurbench.suites.base import RunPlan, SuiteDefinition
+from recurbench.suites.checkpoints import CheckpointWriter
 from recurbench.tuning.study import Objective
 
 STEPS = 20
@@ -55,6 +56,32 @@ class RayToySuite(SuiteDefinition):
                 time.sleep(0.1)
         run.log_metrics({"score": float(plan.seed)})
         return {"score": float(plan.seed)}
+
+
+class RayToyResumableSuite(RayToySuite):
+    """The toy suite with checkpoints: a run saves one at ``STEPS // 2`` (its data: the step) and
+    continues from one it is handed. ``die_mid`` kills its worker right after that checkpoint on the
+    first attempt."""
+
+    resumable = True
+
+    def execute(self, plan, run, progress, *, data_dir, device, resume=None):
+        attempts = Path(data_dir) / f"{plan.name}.attempts"
+        with attempts.open("a") as f:
+            f.write(f"{os.getpid()}\n")
+        start = 0
+        if resume is not None:
+            start = int(resume.data.decode())
+            resume.accept(run)
+        writer = CheckpointWriter(run)
+        for step in range(start, STEPS):
+            run.log_metrics({"loss": 1.0 / (step + 1)}, step=step)
+            if step + 1 == STEPS // 2:
+                writer.save(step + 1, str(step + 1).encode())
+                if plan.payload == "die_mid" and len(attempts.read_text().split()) == 1:
+                    os.kill(os.getpid(), signal.SIGKILL)
+        run.log_metrics({"score": float(start)})
+        return {"score": float(start)}
 
 
 @dataclass

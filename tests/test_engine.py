@@ -100,6 +100,28 @@ def test_a_killed_worker_is_retried_and_each_plan_finishes_once(toy):
     assert all("its worker died" in r.data.tags["error"] for r in failed)
 
 
+@pytest.mark.parametrize("skip_finished", [False, True])
+def test_a_killed_workers_retry_continues_from_its_checkpoint(toy, monkeypatch, skip_finished):
+    # A resumable suite: the retry goes on from the checkpoint its dead attempt wrote at step 10, with
+    # --skip-finished or without, and logs only the steps after it.
+    monkeypatch.setitem(registry.SUITES, "raytoy", ray_toys.RayToyResumableSuite)
+    config, markers, uri = toy
+    result = run_suite("raytoy", "quick", MlflowTracker(uri), config_path=config, data_dir=markers,
+                       selection={"models": ["die_mid"]}, engine=EngineSpec("ray", workers=1),
+                       skip_finished=skip_finished)
+    [outcome] = result.outcomes
+    assert outcome.status == "FINISHED"
+    assert len(Path(markers, "die_mid-s0.attempts").read_text().split()) == 2
+    client, runs = _runs(uri)
+    [dead] = [r for r in _nested(runs) if r.info.status == "FAILED"]
+    [done] = [r for r in _nested(runs) if r.info.status == "FINISHED"]
+    assert (outcome.resumed_from, outcome.resumed_at) == (dead.info.run_id, ray_toys.STEPS // 2)
+    assert done.data.tags["resumed_from"] == dead.info.run_id
+    assert done.data.metrics["score"] == ray_toys.STEPS // 2
+    steps = [m.step for m in client.get_metric_history(done.info.run_id, "loss")]
+    assert steps == list(range(ray_toys.STEPS // 2, ray_toys.STEPS))
+
+
 def test_when_the_retries_run_out_the_run_ends_failed_with_the_reason(toy):
     config, markers, uri = toy
     result = run_suite("raytoy", "quick", MlflowTracker(uri), config_path=config, data_dir=markers,

@@ -18,7 +18,8 @@ connect, naming the address), a ``ray://`` address without Ray's client installe
 before any task is submitted; each such task would wait forever).
 
 Failures: a task whose worker dies (SIGKILL, the out-of-memory killer, a node lost) is retried by Ray
-up to ``max_retries`` times; each attempt first ends FAILED the run its dead predecessor left RUNNING.
+up to ``max_retries`` times; each attempt first ends FAILED the run its dead predecessor left RUNNING
+and, in a suite that saves checkpoints, continues from that run's newest one.
 When the retries run out the driver ends it FAILED with Ray's reason. An exception in the training code
 is not retried: the run ends FAILED with the error, as in ``serial``. Ctrl-C or SIGTERM of the driver
 cancels the tasks and ends their runs KILLED.

@@ -392,7 +392,8 @@ def execute_plan(
 ) -> RunOutcome:
     """Run one plan as a nested run of ``parent_id`` (the run ``claimed`` opened, if any), in the
     driver's process (serial) or in a Ray task (``in_task``: a run an earlier, dead attempt of this
-    task left RUNNING is ended FAILED, once a fresh one is open). A claim that found the plan
+    task left RUNNING is ended FAILED, once a fresh one is open, and in a resumable suite the fresh run
+    continues from that run's newest intact checkpoint). A claim that found the plan
     finished or running elsewhere comes back as it is. An exception in the training code ends the run
     FAILED and comes back in the outcome; a stop, or a tracking server gone, propagates."""
     if claimed is not None and claimed.outcome is not None:
@@ -431,6 +432,9 @@ def execute_plan(
             if definition.resumable:
                 if claimed is not None and claimed.resume:  # the list of notes grows with a refusal
                     checkpoint, outcome.notes = plan_checkpoint(definition, tracker, experiment, profile, plan, key, run)
+                elif dead:  # a retry goes on from its dead attempts' checkpoints, --skip-finished or not
+                    checkpoint, outcome.notes = find_checkpoint(tracker, dead, plan.name, run,
+                                                                before=plan_cap(definition, plan))
                 resume = {"resume": checkpoint}
             outcome.metrics = definition.execute(plan, run, progress or (lambda *_: None), data_dir=data_dir,
                                                  device=target, **resume)
