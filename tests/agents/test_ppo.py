@@ -260,6 +260,17 @@ def test_save_and_load_round_trip(tmp_path):
         torch.testing.assert_close(x, y)
 
 
+def test_learn_leaves_no_folder_in_the_temporary_directory(tmp_path, monkeypatch, capsys):
+    # SB3's default logger makes an empty tempdir/SB3-<date and time> folder on every learn().
+    monkeypatch.setattr("tempfile.tempdir", str(tmp_path))
+    _model("lstm").learn(64)
+    assert list(tmp_path.glob("SB3-*")) == []
+    _model("lstm", verbose=1).learn(64)  # SB3's table still goes to stdout
+    assert list(tmp_path.glob("SB3-*")) == []
+    out = capsys.readouterr().out
+    assert "total_timesteps" in out
+
+
 def test_bad_sequence_settings_are_rejected():
     with pytest.raises(ValueError, match="multiple of the BPTT length"):
         _model("lstm", n_steps=10, seq_len=4, batch_size=8)

@@ -9,6 +9,7 @@ training replays each sequence from it (:class:`~recurbench.agents.buffer.Sequen
 
 from __future__ import annotations
 
+import sys
 from typing import Any, ClassVar, TypeVar
 
 import numpy as np
@@ -17,6 +18,7 @@ import torch.nn.functional as F
 from gymnasium import spaces
 from stable_baselines3.common.buffers import RolloutBuffer
 from stable_baselines3.common.callbacks import BaseCallback
+from stable_baselines3.common.logger import HumanOutputFormat, Logger
 from stable_baselines3.common.on_policy_algorithm import OnPolicyAlgorithm
 from stable_baselines3.common.type_aliases import GymEnv, Schedule
 from stable_baselines3.common.utils import FloatSchedule, explained_variance, obs_as_tensor
@@ -208,4 +210,8 @@ class MemoryPPO(OnPolicyAlgorithm):
         reset_num_timesteps: bool = True,
         progress_bar: bool = False,
     ) -> SelfMemoryPPO:
+        if not self._custom_logger and self.tensorboard_log is None:
+            # SB3's own default writes the same (to stdout with verbose >= 1, else nowhere), but first
+            # makes an empty folder tempdir/SB3-<date and time> on every learn().
+            self.set_logger(Logger(None, [HumanOutputFormat(sys.stdout)] if self.verbose >= 1 else []))
         return super().learn(total_timesteps, callback, log_interval, tb_log_name, reset_num_timesteps, progress_bar)
