@@ -275,7 +275,8 @@ def test_older_runs_read_as_mission_aware_and_stay_apart_from_image_only_runs():
     assert settings_diff(record(older), record({**logged, "core_settings.mission": "True"}), defaults) == ""
 
 
-def test_bench_rl_json_reports_fps_peer_and_ratio():
+def test_bench_rl_json_reports_fps_peer_and_ratio(tmp_path, monkeypatch):
+    monkeypatch.setattr("tempfile.tempdir", str(tmp_path))
     result = CliRunner().invoke(app, ["bench", "rl", "--cores", "lstm", "--total-steps", "64", "--n-envs", "2",
                                       "--n-steps", "32", "--batch-size", "32", "--n-epochs", "1", "--json"])
     assert result.exit_code == 0, result.output
@@ -283,6 +284,7 @@ def test_bench_rl_json_reports_fps_peer_and_ratio():
     assert out["fps"]["lstm"] > 0 and out["fps_sb3_contrib"] > 0
     assert out["ratio"]["lstm"] == pytest.approx(out["fps"]["lstm"] / out["fps_sb3_contrib"])
     assert out["ratio_cpu"]["lstm"] == pytest.approx(out["fps_cpu"]["lstm"] / out["fps_sb3_contrib_cpu"])
+    assert list(tmp_path.glob("SB3-*")) == []  # SB3's default logger's empty folder, per learn()
 
 
 def test_a_core_that_cannot_drive_an_agent_is_refused_at_plan_time():

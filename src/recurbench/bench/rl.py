@@ -16,6 +16,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 import torch
+from stable_baselines3.common.logger import Logger
 
 from recurbench.agents.training import CoreSettings, PPOSettings, make_agent
 from recurbench.envs import ENV_PAIRS
@@ -86,6 +87,7 @@ def bench_rl(
             ent_coef=ppo.ent_coef, vf_coef=ppo.vf_coef, clip_range=ppo.clip_range, max_grad_norm=ppo.max_grad_norm,
             policy_kwargs={"lstm_hidden_size": s.hidden_size}, seed=s.seed, device="cpu",
         )
+        peer.set_logger(Logger(None, []))  # as MemoryPPO's: SB3's default would leave a tempdir/SB3-* folder
         out["fps_sb3_contrib"], out["fps_sb3_contrib_cpu"] = _timed_learn(peer, s.total_steps, warmup)
         out["ratio"] = {core: v / out["fps_sb3_contrib"] for core, v in fps.items()}
         out["ratio_cpu"] = {core: v / out["fps_sb3_contrib_cpu"] for core, v in fps_cpu.items()}
