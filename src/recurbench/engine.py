@@ -207,8 +207,8 @@ class StoreWriter:
     def end_runs(self, run_ids: list[str], reason: str, status: str) -> list[str]:
         return self.tracker.end_runs(run_ids, reason, status=status)
 
-    def stored_runs(self, experiment: str, tags: dict[str, str], status: str) -> list[RunRecord]:
-        return self.tracker.stored_runs(experiment, tags, status)
+    def stored_runs(self, experiment: str, tags: dict[str, str], status: str, parents: bool = False) -> list[RunRecord]:
+        return self.tracker.stored_runs(experiment, tags, status, parents=parents)
 
     def read_artifact(self, run_id: str, path: str) -> bytes | None:
         return self.tracker.read_artifact(run_id, path)
@@ -273,8 +273,9 @@ class WriterTracker(Tracker):
     def end_runs(self, run_ids: Sequence[str], reason: str, *, status: str = "FAILED") -> list[str]:
         return self._get(self.writer.end_runs.remote(list(run_ids), reason, status))
 
-    def stored_runs(self, experiment: str, tags: Mapping[str, str], status: str = "FINISHED") -> list[RunRecord]:
-        return self._get(self.writer.stored_runs.remote(experiment, dict(tags), status))
+    def stored_runs(self, experiment: str, tags: Mapping[str, str], status: str = "FINISHED", *,
+                    parents: bool = False) -> list[RunRecord]:
+        return self._get(self.writer.stored_runs.remote(experiment, dict(tags), status, parents))
 
     def read_artifact(self, run_id: str, path: str) -> bytes | None:
         return self._get(self.writer.read_artifact.remote(run_id, path))

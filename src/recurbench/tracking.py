@@ -156,9 +156,10 @@ class Tracker(ABC):
     def open(self) -> None:  # noqa: B027 - a no-op unless the tracker has a store to open
         """Open the store now (a bad URI fails here), e.g. before a command writes elsewhere."""
 
-    def stored_runs(self, experiment: str, tags: Mapping[str, str], status: str = "FINISHED") -> list[RunRecord]:
-        """The runs of ``experiment`` in ``status`` (parent runs aside) carrying every tag in ``tags``,
-        newest first; [] when the experiment does not exist yet."""
+    def stored_runs(self, experiment: str, tags: Mapping[str, str], status: str = "FINISHED", *,
+                    parents: bool = False) -> list[RunRecord]:
+        """The runs of ``experiment`` in ``status`` (parent runs aside; with ``parents``, the parent
+        runs alone) carrying every tag in ``tags``, newest first; [] when the experiment does not exist yet."""
         return []
 
     @abstractmethod
@@ -393,7 +394,7 @@ class MemoryTracker(Tracker):
     ) -> list[str]:
         ended = []
         for r in self.runs:
-            if (r.experiment == experiment and r.status == "RUNNING" and _is_nested_with(r.tags, tags)
+            if (r.experiment == experiment and r.status == "RUNNING" and _selected(r.tags, tags, False)
                     and (parent_id is None or r.parent_id == parent_id)):
                 r.tags["error"] = reason
                 r.status = status
@@ -418,13 +419,14 @@ class MemoryTracker(Tracker):
     def children(self, parent: RunHandle) -> list[RecordedRun]:
         return [r for r in self.runs if r.parent_id == parent.run_id]
 
-    def stored_runs(self, experiment: str, tags: Mapping[str, str], status: str = "FINISHED") -> list[RunRecord]:
+    def stored_runs(self, experiment: str, tags: Mapping[str, str], status: str = "FINISHED", *,
+                    parents: bool = False) -> list[RunRecord]:
         return [
             RunRecord(r.run_id, r.name, r.status, r.start_time, dict(r.tags),
                       {k: param_value(v) for k, v in r.params.items()},
                       {k: values[-1][1] for k, values in r.metrics.items()}, r.parent_id)
             for r in reversed(self.runs)
-            if r.experiment == experiment and r.status == status and _is_nested_with(r.tags, tags)
+            if r.experiment == experiment and r.status == status and _selected(r.tags, tags, parents)
         ]
 
 
@@ -901,7 +903,8 @@ class MlflowTracker(Tracker):
             return []
         return [r.info.run_id for r in search_all_runs(self.client, found.experiment_id, f"tags.`{key}` = '{value}'")]
 
-    def stored_runs(self, experiment: str, tags: Mapping[str, str], status: str = "FINISHED") -> list[RunRecord]:
+    def stored_runs(self, experiment: str, tags: Mapping[str, str], status: str = "FINISHED", *,
+                    parents: bool = False) -> list[RunRecord]:
         if status not in RUN_STATUSES:
             raise ValueError(f"unknown run status {status!r}; expected one of {', '.join(RUN_STATUSES)}")
         if (db := sqlite_file(self.tracking_uri)) is not None and not db.is_file():
@@ -912,7 +915,7 @@ class MlflowTracker(Tracker):
         # Tags whose text needs no quoting are filtered by the store too; every tag is compared here.
         plain = [f"tags.`{k}` = '{v}'" for k, v in tags.items() if re.fullmatch(r"[\w.\-]+", f"{k}{v}")]
         runs = search_all_runs(self.client, found.experiment_id, " and ".join([f"attributes.status = '{status}'", *plain]))
-        return [r for r in map(run_record, runs) if r.status == status and _is_nested_with(r.tags, tags)]
+        return [r for r in map(run_record, runs) if r.status == status and _selected(r.tags, tags, parents)]
 
     def end_stale(
         self, experiment: str, tags: Mapping[str, str], reason: str, *, status: str = "FAILED",
@@ -954,8 +957,10 @@ def _tag(key: str, value: str) -> Any:
     return RunTag(key, value)
 
 
-def _is_nested_with(run_tags: Mapping[str, str], tags: Mapping[str, str]) -> bool:
-    return run_tags.get("role") != "parent" and all(run_tags.get(k) == v for k, v in tags.items())
+def _selected(run_tags: Mapping[str, str], tags: Mapping[str, str], parents: bool) -> bool:
+    """Whether a run with ``run_tags`` carries every tag in ``tags`` and is a parent run (``parents``)
+    or not."""
+    return (run_tags.get("role") == "parent") == parents and all(run_tags.get(k) == v for k, v in tags.items())
 
 
 def run_record(run: Any) -> RunRecord:

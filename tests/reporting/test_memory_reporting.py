@@ -149,11 +149,19 @@ class Table5Store:
         return self.tracker.run("memory-table5", experiment=experiment_name("memory"),
                                 tags=standard_tags(suite="memory", profile="table5", role="parent"))
 
-    def attempt(self, T, model, *, evaluations=(), metrics=None, **changed):
+    def attempt(self, T, model, *, evaluations=(), metrics=None, owner=None, **changed):
+        """``owner``: owner tags to leave the run RUNNING under (its driver alive, or gone)."""
         from recurbench.tracking import standard_tags
 
         config, settings = self.shipped[(T, model)]
         tags = standard_tags(suite="memory", profile="table5", seed=0, **config)
+        if owner is not None:
+            run = self.tracker.open_run(f"copy-T{T}-{model}-s0", experiment=experiment_name("memory"),
+                                        parent=self.parent, tags={**tags, **owner})
+            run.log_params({**settings, "seed": 0, **changed})
+            for update, accuracy in evaluations:
+                run.log_metrics({"eval_accuracy": accuracy, "eval_update": float(update)}, step=update)
+            return
         try:
             with self.tracker.run(f"copy-T{T}-{model}-s0", experiment=experiment_name("memory"), parent=self.parent,
                                   tags=tags) as run:
@@ -203,6 +211,28 @@ def test_table5_layout_shows_how_far_an_unfinished_cell_got(tmp_path):
     text = render(comp, "markdown").split("runs that did not finish")[1]
     assert "1,500" in text and "0.961" in text  # how far the listed runs got, formatted
     assert "training.batch_size 128 (shipped: 10)" in text
+
+
+def test_a_run_left_running_by_a_gone_driver_says_so(tmp_path):
+    """A RUNNING run whose driver is provably gone (killed outright) reads "driver gone", in its cell and
+    in the list, not "running"; a live driver's run reads "running". Reading leaves both RUNNING."""
+    from owners import dead_owner
+    from recurbench.tracking import owner_tags
+
+    store = Table5Store(tmp_path)
+    with store.invocation() as store.parent:
+        store.attempt(100, "lstm", evaluations=[(500, 0.25)], owner=dead_owner())
+        store.attempt(200, "lstm", evaluations=[(500, 0.125)], owner=owner_tags())
+
+    comp = compare("memory", tracking_uri=store.uri)
+    cells = comp.tables[0][1].set_index("T")
+    assert cells.loc[100, "LSTM"] == "0.250 at 500\n(driver gone)\npaper 1.00"
+    assert cells.loc[200, "LSTM"] == "0.125 at 500\n(running)\npaper 1.00"
+    listed = render(comp, "markdown").split("runs that did not finish")[1].splitlines()
+    assert any("copy-T100-lstm-s0 | RUNNING (driver gone) |" in line for line in listed)
+    assert any("copy-T200-lstm-s0 | RUNNING |" in line for line in listed)
+    assert {r.status for r in store.tracker.stored_runs(experiment_name("memory"), {}, "RUNNING")} == {"RUNNING"}
+    assert len(store.tracker.stored_runs(experiment_name("memory"), {}, "RUNNING")) == 2
 
 
 def test_a_store_where_no_run_has_finished_yet_shows_how_far_each_got(tmp_path):

@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import subprocess
-import sys
 from dataclasses import replace
 
 import pytest
@@ -17,12 +15,13 @@ import torch
 import yaml
 from typer.testing import CliRunner
 
+from owners import dead_owner
 from recurbench.cli import app
 from recurbench.memory.training import TrainingState
 from recurbench.suites import checkpoints
 from recurbench.suites.base import SuiteResult
 from recurbench.suites.runner import SuiteFailed, describe_dry_run, plan_key, run_suite
-from recurbench.tracking import MemoryTracker, owner_tags
+from recurbench.tracking import MemoryTracker
 
 # Copy 2 of 4 symbols over a delay of 3; evaluations every 25 updates at a threshold no run reaches
 # (the run goes to its cap, 200), a checkpoint every 40: at 40 (slot 0), 80 (slot 1), 120 (slot 0), 160.
@@ -75,14 +74,6 @@ def _killed_run(tracker, config, monkeypatch):
     return run
 
 
-def _dead_owner() -> dict[str, str]:
-    """Owner tags of a process of this host that has exited."""
-    proc = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE)
-    tags = owner_tags(proc.pid)
-    proc.communicate(b"")
-    return tags
-
-
 @pytest.fixture(scope="module")
 def reference(tmp_path_factory):
     """The same run never interrupted: its outcome and its recorded run."""
@@ -113,7 +104,7 @@ def test_a_killed_run_is_resumed_by_the_next_skip_finished_driver(tmp_path, monk
     if how == "driver gone":  # SIGKILL: nothing ended the runs; their owner no longer exists
         for r in (dead, next(r for r in tracker.runs if r.run_id == dead.parent_id)):
             r.status = "RUNNING"
-            r.tags.update(_dead_owner())
+            r.tags.update(dead_owner())
             r.tags.pop("error", None)
     else:  # Ctrl-C or SIGTERM: the runner ended it KILLED
         dead.status = "KILLED"

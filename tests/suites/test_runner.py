@@ -6,6 +6,7 @@ import textwrap
 
 import pytest
 
+from owners import dead_owner
 from recurbench.config import StrictModel, check_names, known_name
 from recurbench.errors import ConfigError
 from recurbench.suites import registry, runner
@@ -318,19 +319,6 @@ def test_a_dry_run_plans_reads_the_store_and_writes_nothing(toy):
         run_suite("toy", "base", tracker, config_path=toy, selection={"models": ["bad"]}, dry_run=True)
 
 
-def dead_owner() -> dict[str, str]:
-    """Owner tags of a process of this host that has exited (reaped, so its pid is free)."""
-    import subprocess
-    import sys
-
-    from recurbench.tracking import owner_tags
-
-    proc = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE)
-    tags = owner_tags(proc.pid)  # taken while it lives: its start time is recorded
-    proc.communicate(b"")
-    return tags
-
-
 def test_a_run_whose_driver_is_provably_gone_is_ended_failed_then_run_again(toy):
     """A RUNNING run of a configuration about to run is ended FAILED only when its owner is provably
     gone (same host, process dead): a live driver's run, an older version's (no owner) stay RUNNING."""
@@ -347,10 +335,14 @@ def test_a_run_whose_driver_is_provably_gone_is_ended_failed_then_run_again(toy)
     live_parent = tracker._start("recurbench-toy", "toy-base", {"role": "parent", **owner_tags()}, None)
     live = tracker._start("recurbench-toy", "good-s0", {**tags, **owner_tags()}, live_parent.run_id)
     legacy = tracker._start("recurbench-toy", "good-s0", dict(tags), orphan_parent.run_id)
+    # A dead driver's parent with no run under it (killed between its runs), of another profile too.
+    lonely_parent = tracker._start("recurbench-toy", "toy-other", standard_tags(suite="toy", profile="other",
+                                                                                 role="parent", **dead), None)
     result = run_suite("toy", "base", tracker, config_path=toy, selection={"seeds": 1})
     assert result.stale == [stale.run_id]
     assert stale.status == "FAILED" and "left RUNNING by a driver that is gone" in stale.tags["error"]
     assert orphan_parent.status == "FAILED"  # the dead driver's parent run ends with it
+    assert lonely_parent.status == "FAILED" and "left RUNNING by a driver that is gone" in lonely_parent.tags["error"]
     assert live.status == live_parent.status == legacy.status == "RUNNING"
     assert [o.status for o in result.outcomes] == ["FINISHED"]
     assert sum(r.status == "FINISHED" and r.tags.get("plan_key") == key for r in tracker.runs) == 2

@@ -49,6 +49,7 @@ from recurbench.suites.base import SuiteDefinition
 from recurbench.suites.paper_settings import paper_caveat
 from recurbench.suites.registry import SUITES
 from recurbench.suites.runner import PLAN_TAG
+from recurbench.tracking import owner_gone
 
 REFERENCES = ("paper", "none")
 
@@ -482,7 +483,7 @@ def failed_frame(
 ) -> pd.DataFrame:
     finished_as, taken_over_by, settings = finished_as or {}, taken_over_by or {}, settings or {}
     columns = ["run_id", "name", "status", *spec.config_keys, "seed", "error", "settings", "finished_as",
-               "taken_over_by", *(column for column, _ in spec.progress.values())]
+               "taken_over_by", *(column for column, _ in spec.progress.values()), "driver_gone"]
     rows = [
         [
             r.run_id,
@@ -495,6 +496,9 @@ def failed_frame(
             finished_as.get(r.run_id),
             taken_over_by.get(r.run_id),
             *(r.metrics.get(logged, math.nan) for logged in spec.progress),
+            # RUNNING in the store, but its driver provably gone (killed outright): the next run of
+            # its configuration and seed ends it (reading leaves the store as it is).
+            r.status == "RUNNING" and owner_gone(r.tags),
         ]
         for r in records
     ]

@@ -112,7 +112,8 @@ def memory_complete(comp: Comparison, reference: str, frame: pd.DataFrame | None
             if waiting:
                 comp.notes.append(f"{task}, Table 5's layout: a cell that no run finished shows the last held-out "
                                   "evaluation of its run that did not finish and the update it was made at "
-                                  "(running: at work now; stopped: ended, to be continued by --skip-finished)")
+                                  "(running: at work now; stopped: ended; driver gone: left running by a driver "
+                                  "that no longer exists; the last two are continued by --skip-finished)")
             if chosen:
                 comp.notes.append(f"{task}, Table 5's layout: where a model ran at several nu / rho at one T (a kappa "
                                   f"sweep), its cell is the setting it ran at the most T: {', '.join(chosen)}")
@@ -130,10 +131,11 @@ def _cell_text(runs: pd.DataFrame) -> str:
 
 def _unfinished_text(runs: pd.DataFrame) -> str:
     """A cell that no run finished: how far its runs that did not finish got (their last held-out
-    evaluation and its update) and whether they are at work now (``running``) or ended (``stopped``)."""
+    evaluation and its update) and whether they are at work now (``running``), ended (``stopped``) or
+    left RUNNING by a driver that is gone (``driver gone``)."""
     if len(runs) == 1:
         r = runs.iloc[0]
-        state = "running" if r["status"] == "RUNNING" else "stopped"
+        state = ("driver gone" if r["driver_gone"] else "running") if r["status"] == "RUNNING" else "stopped"
         if math.isnan(r["last_eval_accuracy"]):
             return f"no evaluation yet\n({state})"
         at = ", last evaluation" if math.isnan(r["last_eval_update"]) else f" at {int(r['last_eval_update']):,}"
@@ -154,7 +156,7 @@ def table5_layout(frame: pd.DataFrame, *, with_paper: bool, unfinished: pd.DataF
     ``unfinished`` (:attr:`recurbench.reporting.compare.Comparison.unresolved`, at the settings shown) there:
     how far they got; the third value says whether some cell does."""
     if unfinished is None or unfinished.empty:
-        unfinished = pd.DataFrame(columns=["T", "model", "status", "last_eval_accuracy", "last_eval_update"])
+        unfinished = pd.DataFrame(columns=["T", "model", "status", "last_eval_accuracy", "last_eval_update", "driver_gone"])
     unfinished = unfinished.assign(T=pd.to_numeric(unfinished["T"], errors="coerce")).dropna(subset=["T"])
     unfinished = unfinished.astype({"T": int})
     frame = frame.assign(_setting=list(zip(frame["nu"].astype(str), frame["rho"].astype(str), strict=True)))

@@ -100,7 +100,8 @@ def text_tables(comp: Comparison, *, sep: str = "; ", short: bool = False) -> li
             )
         )
     if len(unresolved := comp.unresolved):
-        listed = unresolved.drop(columns=["run_id", "finished_as", "taken_over_by"])
+        listed = unresolved.drop(columns=["run_id", "finished_as", "taken_over_by", "driver_gone"])
+        listed["status"] = [f"{s} (driver gone)" if gone else s for s, gone in zip(listed["status"], unresolved["driver_gone"], strict=True)]
         if not listed["settings"].astype(bool).any():  # every run at its configuration's settings
             listed = listed.drop(columns="settings")
         for column, fmt in layout(comp.suite).progress.values():  # how far each got; blank if not logged

@@ -458,10 +458,14 @@ STALE_REASON = ("left RUNNING by a driver that is gone (its process on this host
 def end_stale_runs(tracker: Tracker, experiment: str, name: str, profile: str, plans: Sequence[RunPlan]) -> list[str]:
     """End FAILED the RUNNING runs of ``plans`` whose owner is provably gone
     (:func:`recurbench.tracking.owner_gone`); their ids. A run of a live driver, or of one this
-    machine cannot check, is left alone."""
+    machine cannot check, is left alone. The suite's parent runs whose owner is gone are ended too (not
+    among the ids), those with no such run under them included (a driver killed between its runs)."""
     keys = {plan_key(name, profile, plan) for plan in plans}
     running = tracker.stored_runs(experiment, {"suite": name, "profile": profile}, "RUNNING")
-    return _end_stale(tracker, [r for r in running if r.tags.get(PLAN_TAG) in keys and owner_gone(r.tags)])
+    ended = _end_stale(tracker, [r for r in running if r.tags.get(PLAN_TAG) in keys and owner_gone(r.tags)])
+    parents = tracker.stored_runs(experiment, {"suite": name}, "RUNNING", parents=True)
+    tracker.end_runs([r.run_id for r in parents if owner_gone(r.tags)], STALE_REASON)
+    return ended
 
 
 def _end_stale(tracker: Tracker, stale: Sequence[RunRecord]) -> list[str]:
