@@ -163,6 +163,32 @@ def test_xavier_gate_init_draws_the_reference_lstms_start(core):
     assert float(default.weight_hh.std()) < 0.7 * float(theirs.std())
 
 
+@pytest.mark.parametrize("core", ["lstm", "memlstm", "rellstm", "sab"])
+def test_chrono_gate_init_spreads_the_units_memory_over_1_to_n_steps(core):
+    """``chrono:N`` (Tallec & Ollivier 2018): with the input and forget gates' biases alone (zero input
+    and state), a unit keeps ``f = sigmoid(b_f)`` of its cell each step and writes ``i = 1 - f`` (since
+    ``b_i = -b_f``), so its memory decays over ``1 / (1 - f) = 1 + u`` steps, ``u ~ U(1, N - 1)``: from 2
+    to N, spread evenly. The weights and the cell and output gates keep PyTorch's start."""
+    hidden, longest = 512, 120
+    torch.manual_seed(0)
+    cell = make_core(core, 10, hidden, gate_init=f"chrono:{longest}").lstm.requires_grad_(False)
+    torch.manual_seed(0)
+    default = make_core(core, 10, hidden).lstm.requires_grad_(False)
+    bias = cell.bias_ih + cell.bias_hh
+    forget, write = torch.sigmoid(bias[hidden:2 * hidden]), torch.sigmoid(bias[:hidden])
+    torch.testing.assert_close(write, 1 - forget)
+    steps = 1 / (1 - forget.double())
+    assert 2 <= float(steps.min()) and float(steps.max()) <= longest
+    # Evenly spread: each quarter of [2, N] holds about a quarter of the 512 units (sd ~10).
+    counts = torch.histc(steps, bins=4, min=2, max=longest)
+    assert all(abs(float(c) - hidden / 4) < 50 for c in counts), counts
+    torch.testing.assert_close(cell.weight_hh, default.weight_hh)
+    torch.testing.assert_close(cell.bias_ih[2 * hidden:], default.bias_ih[2 * hidden:])
+
+
 def test_an_unknown_gate_init_is_refused_naming_the_key():
-    with pytest.raises(ConfigError, match=r"^gate_init: unknown LSTM gate initialisation 'orthogonal'; known: pytorch, xavier$"):
+    with pytest.raises(ConfigError, match=r"^gate_init: unknown LSTM gate initialisation 'orthogonal'; known: pytorch, xavier, chrono:N$"):
         make_core("rellstm", 10, 16, gate_init="orthogonal")
+    for bad in ("chrono:2", "chrono:", "chrono:ten"):
+        with pytest.raises(ConfigError, match=rf"^gate_init: '{bad}': chrono:N needs N, the longest dependency in steps, a whole number of at least 3$"):
+            make_core("lstm", 10, 16, gate_init=bad)

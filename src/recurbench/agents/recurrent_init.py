@@ -19,7 +19,10 @@ LSTM gates (``gate_init``, the LSTM-family cores): ``pytorch`` leaves ``nn.LSTMC
 (every weight and both biases ``U(-1/sqrt(H), 1/sqrt(H))``); ``xavier`` is the reference code's
 ``LSTM.py``, whose gates are ``nn.Linear(H + I, H)`` layers over ``[h, x]``, each weight Xavier-normal
 (``std = sqrt(2 / (2H + I))``) and each bias ``nn.Linear``'s default ``U(-1/sqrt(H + I), 1/sqrt(H + I))``,
-one bias per gate (:func:`init_lstm_gates`).
+one bias per gate (:func:`init_lstm_gates`); ``chrono:N`` is Tallec & Ollivier's (2018) "chrono"
+start for dependencies up to ``N`` steps long: the forget gate's bias ``log u``, ``u ~ U(1, N - 1)`` per
+unit, the input gate's ``-log u``, so that each unit's memory first decays over ``1 + u`` steps, spread
+from 2 to ``N`` (every weight and the other gates as ``pytorch``).
 
 Non-linearities: ``tanh``, ``relu`` and ``modrelu`` (Arjovsky et al. 2016): ``modReLU(z) = sign(z)
 relu(|z| + b)`` with a learned bias ``b`` per unit, initialised ``U(-0.01, 0.01)``. (The reference code's
@@ -39,7 +42,7 @@ from recurbench.errors import ConfigError
 ORTHOGONAL_SCHEMES = ("henaff", "cayley", "random", "identity")
 SCHEMES = (*ORTHOGONAL_SCHEMES, "xavier", "kaiming")
 NONLINEARITIES = ("tanh", "relu", "modrelu")
-GATE_INITS = ("pytorch", "xavier")
+GATE_INITS = ("pytorch", "xavier", "chrono:N")
 
 
 def check_scheme(key: str, scheme: str, rows: int, cols: int, *, orthogonal: bool = False) -> None:
@@ -60,19 +63,34 @@ def check_scheme_name(key: str, scheme: str) -> None:
 
 
 def check_gate_init(key: str, scheme: str) -> None:
-    """Refuse (naming ``key``) an LSTM gate initialisation that is not one of :data:`GATE_INITS`."""
-    if scheme not in GATE_INITS:
+    """Refuse (naming ``key``) an LSTM gate initialisation that is not one of :data:`GATE_INITS`
+    (``chrono:N`` with a whole ``N`` of at least 3)."""
+    if scheme.startswith("chrono:"):
+        longest = scheme.removeprefix("chrono:")
+        if not longest.isdigit() or int(longest) < 3:
+            raise ConfigError(f"{key}: {scheme!r}: chrono:N needs N, the longest dependency in steps, a whole "
+                              "number of at least 3")
+    elif scheme not in GATE_INITS:
         raise ConfigError(f"{key}: unknown LSTM gate initialisation {scheme!r}; known: {', '.join(GATE_INITS)}")
 
 
 def init_lstm_gates(cell: nn.LSTMCell, scheme: str, generator: torch.Generator | None = None) -> None:
     """Start ``cell``'s gates by ``scheme`` (in place): ``pytorch`` keeps them, ``xavier`` draws them as
-    the reference code's ``LSTM.py`` does (module docstring). ``nn.LSTMCell`` adds two biases; the
-    reference has one per gate, so ``bias_hh`` starts at 0."""
+    the reference code's ``LSTM.py`` does, ``chrono:N`` sets the input and forget gates' biases
+    (module docstring). ``nn.LSTMCell`` adds two biases; the reference has one per gate, so
+    ``bias_hh`` starts at 0 (``chrono``: the input and forget gates' part of it)."""
     check_gate_init("gate_init", scheme)
     if scheme == "pytorch":
         return
     hidden, inputs = cell.hidden_size, cell.input_size
+    if scheme.startswith("chrono:"):
+        longest = int(scheme.removeprefix("chrono:"))
+        with torch.no_grad():  # nn.LSTMCell's gates are stacked [input, forget, cell, output]
+            forget = torch.empty(hidden).uniform_(1.0, longest - 1.0, generator=generator).log_()
+            cell.bias_ih[hidden:2 * hidden] = forget
+            cell.bias_ih[:hidden] = -forget
+            cell.bias_hh[: 2 * hidden].zero_()
+        return
     bound = 1 / math.sqrt(hidden + inputs)
     with torch.no_grad():
         # Xavier-normal of one gate's [H, H + I] weight: std sqrt(2 / (fan_in + fan_out)); every gate alike.

@@ -102,7 +102,8 @@ class SequenceModelConfig:
         SAB: every ``memory_stride``-th state is stored.
     gate_init : str
         LSTM-family cores (``lstm``, ``memlstm``, ``rellstm``, ``sab``): how the gates start, ``pytorch``
-        (``nn.LSTMCell``'s) or ``xavier`` (the reference code's ``LSTM.py``; see
+        (``nn.LSTMCell``'s), ``xavier`` (the reference code's ``LSTM.py``) or ``chrono:N`` (Tallec &
+        Ollivier's start for dependencies up to ``N`` steps; see
         :func:`recurbench.agents.recurrent_init.init_lstm_gates`).
     core_settings : dict
         A plugin core's own settings (the memory suite's ``plugin_settings``), handed to it over the
