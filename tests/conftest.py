@@ -32,3 +32,24 @@ def _machine_memory(monkeypatch: pytest.MonkeyPatch) -> None:
     the tests run on has: a plan refused on a small machine must not fail a test there. A test of the
     checks sets its own."""
     monkeypatch.setenv("RECURBENCH_MEMORY_GIB", "64")
+
+
+@pytest.fixture(autouse=True)
+def _signals_as_found():
+    """SIGINT's and SIGTERM's handlers and the signal mask as each test found them. The command line
+    installs its own handlers for its process's lifetime (``runtime.handle_termination``) and
+    ``ray.init`` one for SIGTERM: in one pytest process they would outlive the test that ran them and
+    change what a later test's Ctrl-C does."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    handlers = {signum: signal.getsignal(signum) for signum in (signal.SIGINT, signal.SIGTERM)}
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, [])
+    yield
+    for signum, handler in handlers.items():
+        if handler is not None and signal.getsignal(signum) is not handler:
+            signal.signal(signum, handler)
+    signal.pthread_sigmask(signal.SIG_SETMASK, mask)
