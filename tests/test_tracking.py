@@ -344,18 +344,24 @@ def test_the_stop_line_says_runs_were_left_running_when_the_server_was_gone(monk
 def test_a_crash_while_creating_a_store_leaves_no_half_created_store(tmp_path, monkeypatch):
     """The schema of a new sqlite store is built in a file aside and moved into place when complete:
     a creation that dies mid-migration leaves no store (the next command makes it afresh), where it
-    used to leave `_alembic_tmp_*` tables that broke every later command."""
+    used to leave `_alembic_tmp_*` tables that broke every later command. One that fails or is stopped
+    (Ctrl-C) leaves no file aside either; one killed outright does, and the next creation replaces it."""
     import mlflow.store.db.utils as db_utils
 
-    def killed(engine):
-        raise RuntimeError("killed mid-migration")
+    def failed(engine):
+        raise RuntimeError("failed mid-migration")
+
+    def stopped(engine):
+        raise KeyboardInterrupt
 
     uri = f"sqlite:///{tmp_path}/mlflow.db"
-    with monkeypatch.context() as m:
-        m.setattr(db_utils, "_upgrade_db", killed)
-        with pytest.raises(RuntimeError, match="killed mid-migration"):
-            MlflowTracker(uri).open()
-    assert not (tmp_path / "mlflow.db").exists() and (tmp_path / ".mlflow.db.creating").exists()
+    for breaks, error in ((failed, RuntimeError), (stopped, KeyboardInterrupt)):
+        with monkeypatch.context() as m:
+            m.setattr(db_utils, "_upgrade_db", breaks)
+            with pytest.raises(error):
+                MlflowTracker(uri).open()
+        assert list(tmp_path.iterdir()) == [tmp_path / "mlflow.db.lock"]
+    (tmp_path / ".mlflow.db.creating").write_bytes(b"half a store: its creator was killed outright")
     tracker = MlflowTracker(uri)
     tracker.experiment_id("recurbench-x")  # made afresh, the leftover replaced
     assert (tmp_path / "mlflow.db").exists() and not (tmp_path / ".mlflow.db.creating").exists()

@@ -623,11 +623,14 @@ def prepare_store(uri: str) -> None:
         try:
             store = SqlAlchemyStore(aside_uri, (db.parent / "mlartifacts").absolute().as_uri())
             store.engine.dispose()
+            with open(aside, "rb+") as f:
+                os.fsync(f.fileno())
+        except BaseException:  # a failure, Ctrl-C: nothing is left (a kill outright leaves the file aside)
+            aside.unlink(missing_ok=True)
+            raise
         finally:
             sqlalchemy.event.remove(sqlalchemy.engine.Engine, "connect", _unsynced)
             getattr(SqlAlchemyStore, "_engine_map", {}).pop(aside_uri, None)
-        with open(aside, "rb+") as f:
-            os.fsync(f.fileno())
         os.replace(aside, db)
         folder = os.open(db.parent, os.O_RDONLY)
         try:
