@@ -18,6 +18,11 @@ class ConfigError(RecurbenchError, ValueError):
     ``ValueError``, what scikit-learn-style code expects of a bad parameter)."""
 
 
+class ModelOutputError(RecurbenchError, ValueError):
+    """A model's output is not what its suite's contract says (its shape): a plugin's mistake that
+    training would otherwise broadcast over and score."""
+
+
 class DataWarning(UserWarning):
     """Runs proceed on data whose results need not compare with the published ones: a registered
     dataset's file that is not the one its registry entry pins (its sha256 differs), or a MiniGrid

@@ -194,3 +194,27 @@ def test_val_checks_per_epoch_must_be_a_positive_integer():
     for bad in (0, -2, 1.5, True):
         with pytest.raises(ValueError, match=r"TrainConfig.val_checks_per_epoch: must be an integer >= 1, got"):
             TrainConfig(val_checks_per_epoch=bad)
+
+
+class OneChannel(Scale):
+    """Breaks the forecaster contract: one channel where the data has three."""
+
+    def forward(self, x, x_mark, y_mark):
+        return super().forward(x, x_mark, y_mark)[..., :1]
+
+
+def test_a_forecast_of_the_wrong_shape_is_refused_not_broadcast():
+    import pytest
+
+    from recurbench.errors import ModelOutputError
+
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(8, 3, 3, generator=g)
+    data = TensorDataset(x, x[:, -2:, :], torch.zeros(8, 3, 0), torch.zeros(8, 2, 0))
+    message = (r"^OneChannel returned a forecast of shape \(8, 2, 1\); a forecaster returns \[batch, pred_len, "
+               r"channels\], here \(8, 2, 3\)$")
+    with pytest.raises(ModelOutputError, match=message):
+        train(OneChannel(), data, None, 2, TrainConfig(epochs=1, batch_size=8))
+    with pytest.raises(ModelOutputError, match=message):
+        evaluate(OneChannel(), data, 2, batch_size=8)
+    assert evaluate(Scale(), data, 2, batch_size=8)["mse"] > 0  # three channels: scored

@@ -9,10 +9,17 @@ import pytest
 import torch
 
 from recurbench.data.langs import LANGUAGES
-from recurbench.errors import ConfigError
+from recurbench.errors import ConfigError, ModelOutputError
 from recurbench.forecasters.layers.rsa import RSAMixer
 from recurbench.langs.models import LANG_MODELS, PAPER_HEADS, LangModelConfig, build_recognizer
-from recurbench.langs.training import EncodedSplit, LangTrainConfig, masked_mse, strings_correct
+from recurbench.langs.training import (
+    EncodedSplit,
+    LangTrainConfig,
+    masked_mse,
+    score,
+    strings_correct,
+    train_recognizer,
+)
 
 
 def _cfg(model: str, **changes) -> LangModelConfig:
@@ -90,3 +97,25 @@ def test_batches_group_similar_lengths_and_cover_every_string_once():
     assert [b.tolist() for b in batches] != [b.tolist() for b in split.batches(32, np.random.default_rng(2))]
     ids, targets, mask = split.tensors(batches[0], torch.device("cpu"))
     assert ids.shape[1] == split.lengths[batches[0]].max() and mask.sum() == split.lengths[batches[0]].sum()
+
+
+class _OneUnit(torch.nn.Module):
+    """A language model that breaks the contract: one output per position, not two."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.embed = torch.nn.Embedding(4, 1)
+
+    def forward(self, ids):
+        return self.embed(ids)
+
+
+def test_a_model_whose_outputs_have_the_wrong_shape_is_refused_not_trained():
+    # [B, T, 1] would broadcast over the targets' two units in the loss and be thresholded in the scores.
+    strings = ["01", "110", "1"]
+    split = EncodedSplit.of(LANGUAGES["parity"], strings)
+    message = r"^_OneUnit returned outputs of shape \(3, 3, 1\) for ids of shape \(3, 3\); a language model returns \[batch, length, 2\], here \(3, 3, 2\)$"
+    with pytest.raises(ModelOutputError, match=message):
+        train_recognizer(_OneUnit(), split, {"0": split}, LangTrainConfig(epochs=1, batch_size=8), seed=0)
+    with pytest.raises(ModelOutputError, match=message):
+        score(_OneUnit(), split, 8)

@@ -26,6 +26,7 @@ from torch import nn
 from torch.utils.data import DataLoader, Dataset, Subset
 
 from recurbench.devices import synchronize
+from recurbench.errors import ModelOutputError
 from recurbench.forecasters.layers.rsa import RSAMixer
 from recurbench.runtime import raise_if_terminated
 
@@ -150,7 +151,11 @@ def forecast_batch(model: nn.Module, batch: tuple[torch.Tensor, ...], pred_len: 
     """(prediction, target), both ``[B, pred_len, C]``, on the model's device (the batch is moved there)."""
     device = model_device(model)
     x, y, x_mark, y_mark = (t.to(device, non_blocking=True) for t in batch)
-    return model(x, x_mark, y_mark), y[:, -pred_len:, :]
+    pred, true = model(x, x_mark, y_mark), y[:, -pred_len:, :]
+    if pred.shape != true.shape:  # MSELoss would broadcast a [B, pred_len, 1] over the channels, and score it
+        raise ModelOutputError(f"{type(model).__name__} returned a forecast of shape {tuple(pred.shape)}; a "
+                               f"forecaster returns [batch, pred_len, channels], here {tuple(true.shape)}")
+    return pred, true
 
 
 @torch.no_grad()

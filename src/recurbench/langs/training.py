@@ -28,6 +28,7 @@ import torch
 from torch import nn
 
 from recurbench.data.langs import Language
+from recurbench.errors import ModelOutputError
 from recurbench.forecasters.training import rsa_state
 from recurbench.runtime import raise_if_terminated
 
@@ -97,6 +98,17 @@ class EncodedSplit:
         return ids, targets, ids != 0
 
 
+def recognise(model: nn.Module, ids: torch.Tensor) -> torch.Tensor:
+    """``model``'s ``[B, T, 2]`` outputs for ``ids`` (``[B, T]``); a :class:`ModelOutputError` for any
+    other shape (the loss would broadcast it, and the scores threshold it, without a word)."""
+    probs = model(ids)
+    if probs.shape != (*ids.shape, 2):
+        raise ModelOutputError(f"{type(model).__name__} returned outputs of shape {tuple(probs.shape)} for ids of "
+                               f"shape {tuple(ids.shape)}; a language model returns [batch, length, 2], here "
+                               f"{(*ids.shape, 2)}")
+    return probs
+
+
 def masked_mse(probs: torch.Tensor, targets: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """Squared error averaged over the two units, then over the non-pad positions (fact sheet Sec. 4)."""
     per_position = ((probs - targets) ** 2).mean(dim=-1)
@@ -118,7 +130,7 @@ def score(model: nn.Module, split: EncodedSplit, batch_size: int) -> np.ndarray:
     correct = np.zeros(len(split), dtype=bool)
     for index in split.batches(batch_size):
         ids, targets, mask = split.tensors(index, device)
-        correct[index] = strings_correct(model(ids), targets, mask).cpu().numpy()
+        correct[index] = strings_correct(recognise(model, ids), targets, mask).cpu().numpy()
     model.train(was_training)
     return correct
 
@@ -190,7 +202,7 @@ def train_recognizer(
             raise_if_terminated()  # a stop swallowed on its way (see recurbench.runtime)
             ids, targets, mask = train.tensors(index, device)
             optimizer.zero_grad(set_to_none=True)
-            loss = masked_mse(model(ids), targets, mask)
+            loss = masked_mse(recognise(model, ids), targets, mask)
             loss.backward()
             optimizer.step()
             total += loss.detach()
