@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -115,6 +116,40 @@ def test_a_plugin_that_fails_to_import_is_left_out_in_one_line(tmp_path, monkeyp
     listed = runner.invoke(app, ["list", "models"], terminal_width=400)
     assert listed.exit_code == 0
     assert line in listed.output and "rellstm" in listed.output
+
+
+def test_a_name_whose_plugin_was_left_out_says_why_not_just_unknown(tmp_path, monkeypatch, fresh_registries):
+    _dist_info(tmp_path, "recurbench-broken", "[recurbench.cores]\nbroken = recurbench_no_such_module:Core\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    why = ("(a plugin of that name is installed but was left out: package 'recurbench-broken': failed to load: "
+           "ModuleNotFoundError: No module named 'recurbench_no_such_module')")
+    result = runner.invoke(app, ["run", "memory", "--models", "broken", "--dry-run"], terminal_width=400)
+    message = str(result.exception)
+    assert isinstance(result.exception, ConfigError)
+    assert message.startswith("--models.0: unknown memory core 'broken'; known: lstm,") and message.endswith(why)
+    with pytest.raises(ConfigError, match=re.escape(why)):
+        _plan("memory", ["models=[broken]"], {"tasks": ["copy"]})
+    # A name no plugin declares is unknown, and nothing more.
+    assert CORES.left_out("nothing") is None
+
+
+def test_a_class_of_another_kind_is_refused_in_a_group(tmp_path, monkeypatch, fresh_registries):
+    # A memory core is an nn.Module too: as a forecaster it passed until its first run.
+    _dist_info(tmp_path, "recurbench-mixed", "[recurbench.forecasters]\ncorefc = recurbench.agents.cores:LSTMCore\n"
+               "[recurbench.langs]\ncorelm = recurbench.agents.cores:LSTMCore\n"
+               "[recurbench.cores]\nlmcore = recurbench.langs.models:LSTMRecognizer\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert "corefc" not in ARCHITECTURES and "corelm" not in LANG_MODELS and "lmcore" not in CORES
+    assert ARCHITECTURES.problems == [
+        "recurbench: forecaster plugin 'corefc' (entry point corefc = recurbench.agents.cores:LSTMCore in group "
+        "recurbench.forecasters, package 'recurbench-mixed') left out: failed to load: TypeError: "
+        "recurbench.agents.cores.LSTMCore is a memory core (a MemoryCore subclass), not a forecaster: declare it in "
+        "group recurbench.cores"]
+    assert "is a memory core (a MemoryCore subclass), not a language model" in LANG_MODELS.problems[0]
+    assert "is neither a MemoryCore subclass nor a CoreSpec" in CORES.problems[0]
+    with pytest.raises(ConfigError, match=r"^forecaster 'recurbench.langs.models:LSTMRecognizer': .* is a language "
+                                          r"model \(a Recognizer subclass\), not a forecaster"):
+        ARCHITECTURES["recurbench.langs.models:LSTMRecognizer"]
 
 
 def test_a_plugin_named_as_a_built_in_is_refused_naming_both(tmp_path, monkeypatch, fresh_registries):
@@ -456,6 +491,15 @@ def test_a_dotted_module_path_split_by_set_is_one_name_again(module_folder):
     name = "own_pkg.cores:StackedGRU"
     [plan] = _plan("memory", [f"plugin_settings.{name}.layers=3"], {"tasks": ["copy"], "models": [name]})
     assert plan.params["plugin_settings"] == {"layers": 3} and plan.payload.network.core_settings == {"layers": 3}
+
+
+def test_a_misspelt_model_under_plugin_settings_is_named_as_unknown(module_folder):
+    # It was glued to its setting as a dotted module path: "plugin_settings.stacked_gruu.layers: Input
+    # should be a valid dictionary (got 2)".
+    with pytest.raises(ConfigError) as typo:
+        _plan("memory", ["plugin_settings.stacked_gruu.layers=2"], {"tasks": ["copy"]})
+    assert str(typo.value).split("memory.yaml: ")[1].startswith(
+        "profiles.quick.plugin_settings.stacked_gruu: unknown memory core 'stacked_gruu'; known: lstm,")
 
 
 def test_the_kit_checks_a_plugin_at_its_own_settings(module_folder):

@@ -207,8 +207,16 @@ def check_names(values: list[str], known: Mapping[str, Any] | list[str], what: s
     repeats an earlier one (a repeated model would run twice and count as two seeds)."""
     for i, value in enumerate(values):
         if value not in known:
-            raise ConfigError(f"{where}.{i}: unknown {what} {value!r}; known: {', '.join(known)}")
+            raise ConfigError(f"{where}.{i}: {unknown_name(what, value, known)}")
     check_unique(values, what, where)
+
+
+def unknown_name(what: str, value: str, known: Mapping[str, Any] | list[str]) -> str:
+    """``unknown {what} {value!r}; known: ...``, and where ``known`` is a plugin registry that left out an
+    installed plugin of that name (:meth:`recurbench.plugins.PluginRegistry.left_out`), why."""
+    text = f"unknown {what} {value!r}; known: {', '.join(known)}"
+    why = getattr(known, "left_out", lambda _: None)(value)
+    return text + (f" (a plugin of that name is installed but was left out: {why})" if why else "")
 
 
 def _first_repeat(values: Sequence[Any]) -> tuple[int, int] | None:
@@ -248,7 +256,7 @@ def known_name(registry: Mapping[str, Any], what: str) -> Any:
 
     def check(value: str) -> str:
         if value not in registry:
-            raise ValueError(f"unknown {what} {value!r}; known: {', '.join(registry)}")
+            raise ValueError(unknown_name(what, value, registry))
         return value
 
     return Annotated[str, AfterValidator(check)]

@@ -57,7 +57,7 @@ from typing import Annotated, Any, Generic, TypeVar
 
 from pydantic import AfterValidator, BeforeValidator, ConfigDict, TypeAdapter, ValidationError
 
-from recurbench.config import KeyPathError
+from recurbench.config import KeyPathError, unknown_name
 from recurbench.errors import ConfigError
 
 T = TypeVar("T")
@@ -173,6 +173,7 @@ class PluginRegistry(MutableMapping[str, T], Generic[T]):
         self._sources: dict[str, PluginSource] = {}
         self.problems: list[str] = []
         """One line per plugin left out (failed to import, clashing name, not the kind's contract)."""
+        self._left_out: dict[str, str] = {}
 
     # -- loading -----------------------------------------------------------------------------------
     def _loaded(self) -> dict[str, T]:
@@ -210,7 +211,14 @@ class PluginRegistry(MutableMapping[str, T], Generic[T]):
         line = (f"recurbench: {self.kind} plugin {ep.name!r} (entry point {ep.name} = {ep.value} in group "
                 f"{self.group}, package {_package(ep)!r}) left out: {why}")
         self.problems.append(line)
+        if ep.name not in self._builtins:  # a clash with a built-in leaves the name known
+            self._left_out[ep.name] = f"package {_package(ep)!r}: {why}"
         print(line, file=sys.stderr)
+
+    def left_out(self, name: str) -> str | None:
+        """Why an installed plugin of this name was left out (its package and the reason); None if none was."""
+        self._loaded()
+        return self._left_out.get(name)
 
     def _quick_path(self, name: str) -> T:
         entries = self._loaded()
@@ -270,7 +278,7 @@ class PluginRegistry(MutableMapping[str, T], Generic[T]):
 
     def reload(self) -> None:
         """Forget the loaded plugins: the next read looks the group up again (after an install)."""
-        self._entries, self._sources, self.problems = None, {}, []
+        self._entries, self._sources, self.problems, self._left_out = None, {}, [], {}
 
     # -- a plugin's own settings -------------------------------------------------------------------
     def _subject(self, name: str) -> str:
@@ -345,6 +353,19 @@ class SettingError(ConfigError):
         self.key, self.message = key, message
 
 
+def other_kind(cls: type, kind: str) -> None:
+    """Refuse (``TypeError``) a class of another kind than ``kind`` that its adapter would take for one:
+    a memory core or a language model is an ``nn.Module`` too, so it would pass for a forecaster until
+    its first run."""
+    from recurbench.agents.cores import MemoryCore  # noqa: PLC0415 - the registries' modules import this one
+    from recurbench.langs.models import Recognizer  # noqa: PLC0415
+
+    for base, its_kind in ((MemoryCore, "memory core"), (Recognizer, "language model")):
+        if its_kind != kind and issubclass(cls, base):
+            raise TypeError(f"{_qualified(cls)} is a {its_kind} (a {base.__name__} subclass), not a {kind}: "
+                            f"declare it in group {GROUPS[its_kind]}")
+
+
 def _qualified(obj: object) -> str:
     return f"{getattr(obj, '__module__', '?')}.{getattr(obj, '__qualname__', repr(obj))}"
 
@@ -411,7 +432,7 @@ def plugin_settings_field(registry: PluginRegistry[Any]) -> Any:
             except ConfigError as exc:
                 raise KeyPathError((name,), str(exc)) from None
             if not known:
-                raise KeyPathError((name,), f"unknown {registry.kind} {name!r}; known: {', '.join(registry)}")
+                raise KeyPathError((name,), unknown_name(registry.kind, name, registry))
             try:
                 out[name] = registry.check_settings(name, settings)
             except SettingError as exc:
@@ -436,8 +457,10 @@ def planned_settings(registry: PluginRegistry[Any], name: str, plugin_settings: 
 def _joined(name: str, settings: Any, registry: PluginRegistry[Any]) -> Iterator[tuple[str, Any]]:
     """``(model name, settings)`` pairs of one key of ``plugin_settings``, a dotted module path that
     ``--set`` split into nested keys joined again: a name is complete once it has a ``:`` or is a
-    registry's name."""
-    if ":" in name or not isinstance(settings, Mapping) or name in registry:
+    registry's name. One whose settings hold no mapping to descend into cannot be completed: it stays as
+    it is (an unknown name, which the check then names, rather than ``name.key`` with a value for settings)."""
+    if (":" in name or not isinstance(settings, Mapping) or name in registry
+            or not any(isinstance(below, Mapping) for below in settings.values())):
         yield name, settings
         return
     for part, below in settings.items():

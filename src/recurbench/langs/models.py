@@ -39,7 +39,7 @@ from recurbench.forecasters.layers.blocks import SelfAttentionBlock
 from recurbench.forecasters.layers.embedding import sinusoid_table
 from recurbench.forecasters.layers.rsa import REMHeadConfig, RSAMixer
 from recurbench.forecasters.models.transformer_xl import RelativeAttentionLayer, XLBlock
-from recurbench.plugins import PluginRegistry, first_doc_line
+from recurbench.plugins import PluginRegistry, first_doc_line, other_kind
 
 VOCAB = 3
 """Padding plus the two symbols of every language."""
@@ -253,6 +253,7 @@ def _plugin_language_model(obj: object, name: str) -> LangArchitecture:
     if isinstance(obj, LangArchitecture):
         return obj
     if isinstance(obj, type) and issubclass(obj, nn.Module):
+        other_kind(obj, "language model")
         return LangArchitecture(obj, None, description=first_doc_line(obj) or name)
     raise TypeError(f"{obj!r} is neither an nn.Module subclass nor a LangArchitecture")
 

@@ -34,7 +34,7 @@ from recurbench.forecasters.config import ForecasterConfig
 from recurbench.forecasters.models.informer import Informer
 from recurbench.forecasters.models.logsparse import LogSparseTransformer
 from recurbench.forecasters.models.transformer_xl import TransformerXL
-from recurbench.plugins import PluginRegistry, first_doc_line
+from recurbench.plugins import PluginRegistry, first_doc_line, other_kind
 
 
 @dataclass(frozen=True)
@@ -54,6 +54,7 @@ def _plugin_architecture(obj: object, name: str) -> Architecture:
     if isinstance(obj, Architecture):
         return obj
     if isinstance(obj, type) and issubclass(obj, nn.Module):
+        other_kind(obj, "forecaster")
         return Architecture(obj, False, name, first_doc_line(obj) or name)
     raise TypeError(f"{obj!r} is neither an nn.Module subclass nor an Architecture")
 
