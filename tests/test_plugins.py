@@ -483,6 +483,19 @@ def test_a_setting_without_a_default_must_be_given_and_a_built_in_takes_none(mod
         "keys (see the suite file), not plugin_settings (with --set plugin_settings.lstm.layers=2)")
 
 
+@pytest.mark.parametrize(("suite", "selection"), [("memory", {"tasks": ["copy"]}), ("minigrid", {"envs": ["GoToDoor"]})])
+def test_a_suite_setting_a_plugin_takes_too_is_refused_under_plugin_settings(module_folder, suite, selection):
+    # StackedGRU takes nu, which the suite hands every core: the class got plugin_settings' 7 while the
+    # run's name, its params and the tables showed the suite's nu.
+    (module_folder / "own_nu.py").write_text(SETTINGS_CORE)
+    name = "own_nu:StackedGRU"
+    with pytest.raises(ConfigError) as refused:
+        _plan(suite, [f"plugin_settings.{name}.nu=7"], {**selection, "models": [name]})
+    assert str(refused.value) == (
+        f"plugin_settings.{name}.nu: 'nu' is a setting the suite hands every memory core: set it among the suite's "
+        "own settings (see the suite file), not under plugin_settings")
+
+
 def test_a_dotted_module_path_split_by_set_is_one_name_again(module_folder):
     package = module_folder / "own_pkg"
     package.mkdir()

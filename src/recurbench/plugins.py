@@ -327,11 +327,15 @@ class PluginRegistry(MutableMapping[str, T], Generic[T]):
         settings at its default (those with a plain default: a number, text, a bool, None or a list of
         them), with ``given`` (checked by :meth:`check_settings`) over them. ``shared``: the suite's
         settings every model of the kind is handed anyway (a core's ``nu``, logged with the suite's
-        settings): left out unless given. A built-in without ``given`` has none. A setting without a
-        default that is neither given nor shared is a :class:`SettingError`."""
+        settings): left out, and refused in ``given``. A built-in without ``given`` has none. A setting
+        without a default that is neither given nor shared is a :class:`SettingError`."""
         given = self.check_settings(name, given) if given else {}
         if self.is_builtin(name):
             return given
+        for key in given:
+            if key in shared:  # the class would get this value, while the run's name and tables show the suite's
+                raise SettingError(key, f"{key!r} is a setting the suite hands every {self.kind}: set it among the "
+                                        "suite's own settings (see the suite file), not under plugin_settings")
         own = self.own_settings(name) or {}
         out: dict[str, Any] = {}
         for key, parameter in own.items():
