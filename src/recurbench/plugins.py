@@ -290,17 +290,7 @@ class PluginRegistry(MutableMapping[str, T], Generic[T]):
         ones the suite supplies, by name; None where it takes ``**kwargs`` (any key)."""
         if self._constructor is None:
             return {}
-        constructor = _unwrap(self._constructor(self[name]))
-        try:
-            parameters = list(_signature(constructor).parameters.values())
-        except (TypeError, ValueError):  # a builder without a signature: nothing can be checked
-            return None
-        if any(p.kind is p.VAR_KEYWORD for p in parameters):
-            return None
-        positional = [p for p in parameters if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
-        skipped = {p.name for p in positional[: self._supplied]}
-        return {p.name: p for p in parameters
-                if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) and p.name not in skipped}
+        return own_parameters(_unwrap(self._constructor(self[name])), self._supplied)
 
     def check_settings(self, name: str, given: Mapping[str, Any]) -> dict[str, Any]:
         """``given`` (setting -> value, for model ``name``) checked against the model's own settings:
@@ -347,6 +337,22 @@ class PluginRegistry(MutableMapping[str, T], Generic[T]):
             if _plain(parameter.default):
                 out[key] = parameter.default
         return {**out, **given}
+
+
+def own_parameters(constructor: Callable[..., object], supplied: int) -> dict[str, inspect.Parameter] | None:
+    """The keyword parameters of ``constructor`` after its first ``supplied`` positional ones (what the
+    suite passes itself), by name: a model's own settings; None where it takes ``**kwargs`` (any key) or
+    has no signature to read."""
+    try:
+        parameters = list(_signature(constructor).parameters.values())
+    except (TypeError, ValueError):  # a builder without a signature: nothing can be checked
+        return None
+    if any(p.kind is p.VAR_KEYWORD for p in parameters):
+        return None
+    positional = [p for p in parameters if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    skipped = {p.name for p in positional[:supplied]}
+    return {p.name: p for p in parameters
+            if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) and p.name not in skipped}
 
 
 class SettingError(ConfigError):

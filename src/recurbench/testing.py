@@ -13,7 +13,8 @@ Each ``check_*`` takes a registry name (``"lstm"``, a plugin's, ``"module.path:C
 or a factory, runs its properties in order on small CPU tensors (a few seconds at most), and returns
 the names of the properties that held. The first one that fails raises :class:`ContractError`, one
 line: ``check_core(GRUCore): episode_start_resets: row 0 after an episode start differs from a fresh
-episode by 0.31``.
+episode by 0.31``. A name that names no model (an unknown name, or a ``module:Class`` that cannot be
+imported) raises :class:`~recurbench.errors.ConfigError` before any property runs.
 
 Properties (the names ``check_*`` returns):
 
@@ -23,6 +24,8 @@ property                  core  forecaster  langs  what it asserts
 builds                    x     x           x      the factory gives an ``nn.Module`` of the kind
 initial_state             x                        a tuple of batch-first tensors, all zeros
 shapes                    x     x           x      outputs of the documented shape, finite
+state_carries_over        x                        a row's outputs after step 0 change with its input
+                                                   at step 0 (the state carries it over)
 episode_start_resets      x                        a row whose episode starts behaves as a fresh one
 acting_training_predict   x                        step-by-step (acting) = ``forward_sequence``
                                                    (training) = eval-mode, no-grad (prediction),
@@ -43,7 +46,7 @@ from __future__ import annotations
 
 import copy
 import io
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -51,10 +54,13 @@ import torch
 from torch import Tensor, nn
 
 from recurbench.agents.cores import CORES, MemoryCore, State, make_core
+from recurbench.config import unknown_name
+from recurbench.errors import ConfigError
 from recurbench.forecasters.config import ForecasterConfig, RSASpec
 from recurbench.forecasters.models import ARCHITECTURES, build_network
 from recurbench.langs.models import LANG_MODELS, N_OUTPUTS, VOCAB, LangModelConfig, build_recognizer
-from recurbench.plugins import call_with_settings
+from recurbench.memory.models import SHARED_CORE_SETTINGS
+from recurbench.plugins import PluginRegistry, call_with_settings, own_parameters
 
 ATOL, RTOL = 1e-5, 1e-4
 """How close two float32 results must be to count as the same (batched and one-row matmuls differ in
@@ -106,6 +112,13 @@ def _finite_gradients(module: nn.Module, inputs: Sequence[Tensor]) -> None:
     for i, x in enumerate(inputs):
         if x.grad is None or not torch.isfinite(x.grad).all() or not bool(x.grad.abs().sum() > 0):
             _fail(f"the gradient does not reach input {i} finite and non-zero")
+
+
+def _known(registry: PluginRegistry[Any], name: str) -> None:
+    """Refuse a name ``registry`` does not know with a :class:`~recurbench.errors.ConfigError`, before any
+    property runs (a ``module:Class`` that cannot be imported raises its own)."""
+    if name not in registry:
+        raise ConfigError(unknown_name(registry.kind, name, registry))
 
 
 class _Kit:
@@ -165,11 +178,34 @@ class _Kit:
 def _core_factory(core: str | type | Callable[[], MemoryCore], input_size: int, hidden_size: int,
                   settings: dict[str, Any], agent: bool) -> tuple[str, Callable[[], MemoryCore]]:
     if isinstance(core, str):
-        return f"check_core({core!r})", lambda: make_core(core, input_size, hidden_size, agent=agent, **settings)
+        def build_named() -> MemoryCore:
+            if not CORES.is_builtin(core):  # a built-in's builder reads the suite's settings it knows
+                _refuse_unknown_settings(CORES.own_settings(core), settings, f"memory core {core!r}")
+            return make_core(core, input_size, hidden_size, agent=agent, **settings)
+
+        return f"check_core({core!r})", build_named
+
     if isinstance(core, type):
-        return (f"check_core({core.__name__})",
-                lambda: call_with_settings(core, input_size, hidden_size, **settings))
+        def build_class() -> MemoryCore:
+            _refuse_unknown_settings(own_parameters(core, 2), settings, core.__name__)
+            return call_with_settings(core, input_size, hidden_size, **settings)
+
+        return f"check_core({core.__name__})", build_class
     return f"check_core({getattr(core, '__name__', repr(core))})", core
+
+
+def _refuse_unknown_settings(own: Mapping[str, Any] | None, settings: dict[str, Any], subject: str) -> None:
+    """A key of ``settings`` that is neither one of the core's own settings (``own``; None: it takes
+    any) nor a suite's shared core setting (:data:`~recurbench.memory.models.SHARED_CORE_SETTINGS`,
+    handed to every core, each reading those it names) fails ``builds``: ``call_with_settings`` would
+    drop a misspelt one silently."""
+    if own is None:
+        return
+    unknown = [k for k in settings if k not in own and k not in SHARED_CORE_SETTINGS
+               and k not in ("input_size", "hidden_size")]
+    if unknown:
+        takes = f"its settings: {', '.join(own)}" if own else "it takes none of its own"
+        _fail(f"unknown setting {unknown[0]!r} of {subject}; {takes}")
 
 
 def check_core(core: str | type | Callable[[], MemoryCore], *, input_size: int = 6, hidden_size: int = 8,
@@ -186,8 +222,10 @@ def check_core(core: str | type | Callable[[], MemoryCore], *, input_size: int =
     input_size, hidden_size : int
         The widths it is built with (a factory must use them too).
     settings : dict, optional
-        Core settings (``attention_size``, ``nu``, ``rho``, ``memory_window``) and a plugin's own
-        (``{"layers": 2}``); default small ones of the former.
+        Core settings (``attention_size``, ``nu``, ``rho``, ``memory_window``; any of
+        :data:`~recurbench.memory.models.SHARED_CORE_SETTINGS`) and a plugin's own (``{"layers": 2}``);
+        default small ones of the former. A key that is neither (a misspelt one), for a class or a
+        plugin whose ``__init__`` does not take ``**kwargs``, fails ``builds``.
     agent : bool
         Check the agents' variant (``make_core(..., agent=True)``) of a named core.
     lockstep : bool, optional
@@ -200,8 +238,11 @@ def check_core(core: str | type | Callable[[], MemoryCore], *, input_size: int =
     Returns
     -------
     list of str
-        The properties checked (all held); a failing one raises :class:`ContractError`.
+        The properties checked (all held); a failing one raises :class:`ContractError`, a name of no
+        core :class:`~recurbench.errors.ConfigError`.
     """
+    if isinstance(core, str):
+        _known(CORES, core)
     settings = {"attention_size": 8, "nu": 2, "rho": 2, "memory_window": 16} if settings is None else settings
     if lockstep is None:
         lockstep = isinstance(core, str) and bool(getattr(CORES[core], "not_for_agents", None))
@@ -213,8 +254,9 @@ def check_core(core: str | type | Callable[[], MemoryCore], *, input_size: int =
 class _CoreKit(_Kit):
     """The properties of :func:`check_core`, in order, on one batch of ``B`` rows and ``T`` steps."""
 
-    PROPERTIES = ("builds", "initial_state", "shapes", "episode_start_resets", "acting_training_predict",
-                  "rows_independent", "finite_gradients", "deterministic", "serialisation", "orthogonal_parameters")
+    PROPERTIES = ("builds", "initial_state", "shapes", "state_carries_over", "episode_start_resets",
+                  "acting_training_predict", "rows_independent", "finite_gradients", "deterministic",
+                  "serialisation", "orthogonal_parameters")
     B, T = 3, 7
 
     kind = MemoryCore
@@ -266,6 +308,22 @@ class _CoreKit(_Kit):
             _fail(f"forward_sequence returned {tuple(outs.shape)}, expected {(T, B, H)}")
         if not torch.isfinite(outs).all():
             _fail("forward_sequence returned non-finite outputs")
+
+    def state_carries_over(self) -> None:
+        """One episode from step 0 in every row; the input at step 0 changed: each row's outputs at
+        steps >= 1 must change too (a ``cell`` that returns the state it was given, or zeros, fails)."""
+        module, B = self.core.eval(), self.B
+        starts = torch.zeros(self.T, B)
+        starts[0] = 1.0
+        changed = self.xs.clone()
+        changed[0] += 1.0
+        with torch.no_grad():
+            before, after = self.outputs(module, self.xs, starts), self.outputs(module, changed, starts)
+        for row in range(B):
+            if torch.allclose(after[1:, row], before[1:, row], atol=ATOL, rtol=RTOL):
+                _fail(f"row {row}'s outputs at steps >= 1 do not change when its input at step 0 does "
+                      "(the state carries nothing over)")
+        module.train()
 
     def episode_start_resets(self) -> None:
         module, B, xs = self.core.eval(), self.B, self.xs
@@ -379,8 +437,11 @@ def check_forecaster(model: str | type | Callable[..., nn.Module], *, cfg: Forec
     Returns
     -------
     list of str
-        The properties checked; a failing one raises :class:`ContractError`.
+        The properties checked; a failing one raises :class:`ContractError`, a name of no forecaster
+        :class:`~recurbench.errors.ConfigError`.
     """
+    if isinstance(model, str):
+        _known(ARCHITECTURES, model)
     cfg = cfg or FORECASTER_CONFIG
     subject, factory = _forecaster_factory(model, cfg, settings or {})
     kit = _ForecasterKit(factory, cfg, seed)
@@ -388,7 +449,8 @@ def check_forecaster(model: str | type | Callable[..., nn.Module], *, cfg: Forec
 
 
 class _ForecasterKit(_Kit):
-    """The properties of :func:`check_forecaster` on one batch of ``B`` windows."""
+    """The properties of :func:`check_forecaster` on one batch of ``B`` windows (and another batch,
+    drawn with another seed, for :meth:`no_state_between_calls`)."""
 
     PROPERTIES = ("builds", "shapes", "no_state_between_calls", "rows_independent", "finite_gradients",
                   "deterministic", "serialisation")
@@ -401,6 +463,11 @@ class _ForecasterKit(_Kit):
         self.x = torch.randn(self.B, cfg.seq_len, cfg.n_features, generator=g)
         self.x_mark = torch.rand(self.B, cfg.seq_len, cfg.n_marks, generator=g) - 0.5
         self.y_mark = torch.rand(self.B, cfg.label_len + cfg.pred_len, cfg.n_marks, generator=g) - 0.5
+        g = torch.Generator().manual_seed(seed + 1)
+        self.other = (torch.randn(self.x.shape, generator=g), torch.rand(self.x_mark.shape, generator=g) - 0.5,
+                      torch.rand(self.y_mark.shape, generator=g) - 0.5)
+        if torch.allclose(self.other[0], self.x) or torch.allclose(self.other[1], self.x_mark):
+            raise RuntimeError("the kit's two windows coincide: no_state_between_calls would check nothing")
 
     def outputs(self, module: nn.Module, *inputs: Tensor) -> Tensor:
         torch.manual_seed(self.seed)  # ProbSparse samples its keys: one draw per call
@@ -417,10 +484,12 @@ class _ForecasterKit(_Kit):
             _fail("forward returned non-finite values")
 
     def no_state_between_calls(self) -> None:
+        """The window's forecast, another window's (another seed's draw: a forecaster that keeps the
+        previous call's window, or its mean, forecasts this one differently then), the window's again."""
         module = self.module
         with torch.no_grad():
             first = self.outputs(module.eval())
-            self.outputs(module, torch.randn_like(self.x), self.x_mark, self.y_mark)  # another window in between
+            self.outputs(module, *self.other)  # another window in between
             again = self.outputs(module)
             training = self.outputs(module.train())
         _same(again, first, "a window's forecast before and after another window's")
@@ -479,8 +548,11 @@ def check_language_model(model: str | type | Callable[..., nn.Module], *, cfg: L
     Returns
     -------
     list of str
-        The properties checked; a failing one raises :class:`ContractError`.
+        The properties checked; a failing one raises :class:`ContractError`, a name of no language
+        model :class:`~recurbench.errors.ConfigError`.
     """
+    if isinstance(model, str):
+        _known(LANG_MODELS, model)
     cfg = cfg or LANG_CONFIG
     subject, factory = _language_factory(model, cfg, settings or {})
     kit = _LanguageKit(factory, seed)
