@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import os
+import re
 import signal
 import threading
 
 import pytest
 
 from recurbench.records import flatten
-from recurbench.tracking import MemoryTracker, MlflowTracker, standard_tags
+from recurbench.tracking import MemoryTracker, MlflowTracker, check_store, standard_tags
 
 
 def test_flatten_nested_params():
@@ -424,3 +425,26 @@ def test_a_second_stop_while_a_run_is_being_ended_comes_after_it_is_ended(raised
         signal.pthread_sigmask(signal.SIG_SETMASK, mask)
     (run,) = tracker.runs
     assert run.status == {KeyboardInterrupt: "KILLED", ValueError: "FAILED", None: "FINISHED"}[raised]
+
+
+def test_an_optuna_storage_given_as_the_tracking_store_is_refused_unchanged(tmp_path):
+    """MLflow opened an Optuna database as a store: a 140-line traceback, after adding its own tables to
+    the file (reading included). It is refused in one line, the file left as it was."""
+    import optuna
+
+    from recurbench.errors import ConfigError
+    from recurbench.reporting.runs import open_client
+
+    path = tmp_path / "optuna.db"
+    optuna.create_study(storage=f"sqlite:///{path}", study_name="s")
+    before = path.read_bytes()
+    message = f"tracking store: {path} is an Optuna storage, not an MLflow tracking store (pass it as --storage)"
+    for write in (False, True):
+        with pytest.raises(ConfigError) as refused:
+            check_store(f"sqlite:///{path}", write=write)
+        assert str(refused.value) == message
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        open_client(f"sqlite:///{path}")  # what compare and report read through
+    assert path.read_bytes() == before
+    MlflowTracker(f"sqlite:///{tmp_path / 'mlflow.db'}").experiment_id("recurbench-x")
+    check_store(f"sqlite:///{tmp_path / 'mlflow.db'}")  # an MLflow store passes

@@ -473,10 +473,17 @@ def check_output_file(path: str | os.PathLike[str], what: str) -> None:
     _writable_folder(path.parent, what)
 
 
-def check_sqlite_file(path: Path, what: str, *, write: bool = True) -> None:
+SQLITE_KINDS = {"mlflow": ("an MLflow tracking store", {"experiments", "runs"}, "--tracking-uri"),
+                "optuna": ("an Optuna storage", {"studies", "trials"}, "--storage")}
+"""What each tool's database holds (a few of its tables), and the option that takes it."""
+
+
+def check_sqlite_file(path: Path, what: str, *, write: bool = True, expect: str | None = None) -> None:
     """Refuse an SQLite store that cannot serve: an existing file that is not an SQLite database (or
-    not readable), and, with ``write``, a file or folder this process cannot write. One line naming
-    the file, in milliseconds, where MLflow and Optuna would retry for minutes or print a traceback."""
+    not readable), one that is the other tool's (``expect``: ``mlflow`` or ``optuna``; either would add
+    its tables to the other's database), and, with ``write``, a file or folder this process cannot
+    write. One line naming the file, in milliseconds, where MLflow and Optuna would retry for minutes or
+    print a traceback."""
     if path.exists():
         if not path.is_file():
             raise ConfigError(f"{what}: {path} is not a file")
@@ -488,10 +495,16 @@ def check_sqlite_file(path: Path, what: str, *, write: bool = True) -> None:
         try:
             with sqlite3.connect(f"file:{path}?mode={mode}", uri=True, timeout=10) as db:
                 db.execute("PRAGMA schema_version").fetchone()
+                tables = {row[0] for row in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
         except sqlite3.Error as exc:
             raise ConfigError(f"{what}: {path} is not a readable SQLite database ({exc})") from None
         finally:
             db.close()
+        if expect is not None:
+            wanted = SQLITE_KINDS[expect]
+            for kind, (name, signature, option) in SQLITE_KINDS.items():
+                if kind != expect and signature <= tables and not wanted[1] <= tables:
+                    raise ConfigError(f"{what}: {path} is {name}, not {wanted[0]} (pass it as {option})")
         if write:
             try:
                 with open(path, "r+b"):
@@ -547,7 +560,7 @@ def check_store(uri: str, *, write: bool = True) -> None:
     :class:`ConfigError` of one line naming the store, else nothing. Nothing is created."""
     what = "tracking store"
     if (db := sqlite_file(uri)) is not None:
-        check_sqlite_file(db, what, write=write)
+        check_sqlite_file(db, what, write=write, expect="mlflow")
     elif uri.startswith(("http://", "https://")):
         _check_server(uri, what)
     elif write and (uri.startswith("file:") or "://" not in uri):
