@@ -50,6 +50,14 @@ def test_gate_figure_is_a_grid_with_one_box_per_layer():
     assert width <= 1600 and width / height < 3
 
 
+def test_the_gate_figures_title_fits_one_panel():
+    # With one RSA model the figure is one 3.6-inch panel wide: its title was cut on both sides.
+    fig = _drawn(figures.gate_boxplots(pd.DataFrame([("rsa_informer", "encoder.0.self", 0.5)],
+                                                    columns=["model", "layer", "value"])))
+    box, width = fig._suptitle.get_window_extent(), fig.get_size_inches()[0] * fig.dpi
+    assert 0 <= box.x0 and box.x1 <= width
+
+
 @pytest.mark.parametrize("name", ["loss_curves", "learning_curves", "forecast_figure", "generalisation_bars"])
 def test_legends_stand_outside_the_panels(name):
     steps = [1, 2, 3]
