@@ -162,3 +162,18 @@ def test_prepared_data_says_which_file_it_came_from_and_warns_when_it_is_not_the
     assert other.provenance()["data_registry"] == "differs" and other.describe()["sha256"] == digest
     # A user's CSV, given by path, has no registry entry to compare with.
     assert prepare(str(changed), window).provenance() == {"data_path": str(changed), "data_sha256": digest}
+
+
+def test_a_read_only_split_gives_windows_without_a_warning():
+    # A Ray task receives the split's arrays read-only: torch.from_numpy warned on every run.
+    import warnings
+
+    from recurbench.data.protocol import Split, WindowDataset
+
+    data, marks = np.arange(40, dtype=np.float32).reshape(20, 2), np.zeros((20, 1), dtype=np.float32)
+    data.flags.writeable = marks.flags.writeable = False
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        windows = WindowDataset(Split("train", 0, 20, data, marks, WindowSpec(4, 2, 3)))
+    x, y, _, _ = windows[1]
+    assert x[:, 0].tolist() == [2.0, 4.0, 6.0, 8.0] and y[:, 0].tolist() == [6.0, 8.0, 10.0, 12.0, 14.0]

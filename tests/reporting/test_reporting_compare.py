@@ -297,6 +297,10 @@ def test_bad_input_errors(store, tmp_path):
         compare("ltsf", tracking_uri=store.uri, experiment="empty-exp")
     with pytest.raises(RecurbenchError, match="no runs of profile 'huge'"):
         compare("ltsf", tracking_uri=store.uri, profile="huge")
+    # A typo in --by: the one key no run carries is named, not every key.
+    with pytest.raises(RecurbenchError) as typo:
+        compare("ltsf", tracking_uri=store.uri, by=["dataset", "horizon", "model", "training.rsa_lr_factr"])
+    assert str(typo.value) == "no finished run of 'recurbench-ltsf' carries the tag(s) training.rsa_lr_factr"
 
 
 def test_cli_compare(store):

@@ -349,13 +349,20 @@ class Split:
         return WindowDataset(self)
 
 
+def _writable(array: np.ndarray) -> np.ndarray:
+    """``array`` contiguous and writable, copied only where it is not: one a Ray task received is
+    read-only, and ``torch.from_numpy`` warns of that on every run."""
+    array = np.ascontiguousarray(array)
+    return array if array.flags.writeable else array.copy()
+
+
 class WindowDataset(Dataset):
     """A torch dataset over every window of a split (stride 1): ``(x, y, x_mark, y_mark)``."""
 
     def __init__(self, split: Split) -> None:
         self.split = split
-        self._data = torch.from_numpy(np.ascontiguousarray(split.data))
-        self._marks = torch.from_numpy(np.ascontiguousarray(split.marks))
+        self._data = torch.from_numpy(_writable(split.data))
+        self._marks = torch.from_numpy(_writable(split.marks))
 
     def __len__(self) -> int:
         return self.split.n_windows

@@ -199,11 +199,15 @@ def compare_runs(runs: SuiteRuns, *, reference: str = "paper", by: Sequence[str]
     notes = [*runs.notes, *_not_listed_notes(runs)]
     frame = runs_frame(runs.finished, spec, keys)
     dropped = frame[list(keys)].isna().any(axis=1)
+    absent = [k for k in keys if frame[k].isna().all()]  # a typo in --by, say: no run carries it
+    if runs.finished and absent:
+        raise RecurbenchError(f"no finished run of {runs.experiment!r} carries the tag(s) {', '.join(absent)}")
     if dropped.any():
-        notes.append(f"{int(dropped.sum())} finished run(s) without the tag(s) {', '.join(keys)} left out")
+        missing = [k for k in keys if frame.loc[dropped, k].isna().any()]
+        notes.append(f"{int(dropped.sum())} finished run(s) without the tag(s) {', '.join(missing)} left out")
         frame = frame[~dropped]
     if runs.finished and frame.empty:
-        raise RecurbenchError(f"no finished run of {runs.experiment!r} carries the tag(s) {', '.join(keys)}")
+        raise RecurbenchError(f"no finished run of {runs.experiment!r} carries all of the tag(s) {', '.join(keys)}")
     if not runs.finished:
         notes.append(f"no run{_of_profile(runs)} has finished yet, so there is nothing to aggregate over seeds; "
                      "the runs that did not finish are listed")
