@@ -22,7 +22,7 @@ def compare_cmd(
     experiment: Annotated[str | None, typer.Option("--experiment", help="MLflow experiment (default: recurbench-SUITE).")] = None,
     reference: Annotated[str, typer.Option("--reference", help="paper: the published values beside ours; none: ours only.")] = "paper",
     fmt: Annotated[str, typer.Option("--format", help="table | markdown | csv | latex")] = "table",
-    by: Annotated[list[str] | None, typer.Option("--by", help="Group by these tags or logged params instead of the suite's layout, e.g. dataset,horizon,model,training.rsa_lr_factor (comma-separated or repeated).")] = None,
+    by: Annotated[list[str] | None, typer.Option("--by", help="Group by these tags or logged params instead of the suite's layout, e.g. dataset,horizon,model,network.d_model (comma-separated or repeated).")] = None,
     profile: Annotated[str | None, typer.Option("--profile", help="Runs of this profile (default: the latest invocation's; 'all' pools every profile).")] = None,
     settings: SettingsOpt = "shipped",
     tracking_uri: TrackingOpt = None,
