@@ -143,6 +143,9 @@ def test_ltsf_win_counts(ltsf):
     assert wins.loc["informer", ["ours_wins", "ours_cells"]].tolist() == [4, 4]
     assert wins.loc["logsparse", ["ours_wins", "ours_cells"]].tolist() == [1, 2]
     assert wins.loc["xl", ["ours_wins", "ours_cells"]].tolist() == [0, 0]
+    # The table lists the pairs that have a cell to count: "0/0" for XL said nothing.
+    listed = render(ltsf, "markdown").split("cells where RSA ≤ baseline")[1]
+    assert "rsa_informer vs informer" in listed and "rsa_xl vs xl" not in listed
     # A quick-profile store: the paper's counts are not set beside ours (test_paper_win_counts_...).
     assert [c for c in wins.columns if c.startswith("paper")] == []
     # Beside runs at the paper's settings they are counted on the same cells, and over its whole table:

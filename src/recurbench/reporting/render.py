@@ -80,6 +80,8 @@ def text_tables(comp: Comparison, *, sep: str = "; ", short: bool = False) -> li
     if comp.wins is not None:
         rows = []
         for w in comp.wins.to_dict("records"):
+            if not w["ours_cells"]:  # no cell has both models: 0/0 says nothing
+                continue
             row = {"RSA vs baseline": f"{w['rsa']} vs {w['baseline']}", "ours": _ratio(w, "ours")}
             if "paper_wins" in w:
                 row["paper, same cells"] = _ratio(w, "paper")
@@ -88,7 +90,8 @@ def text_tables(comp: Comparison, *, sep: str = "; ", short: bool = False) -> li
         title = "cells where RSA ≤ baseline (MSE and MAE; ties count as wins, as in the paper)"
         if comp.paper_caveat:
             title += " — ours only: the paper's counts are left out, not comparable (see the table above)"
-        tables.append(TextTable(title, pd.DataFrame(rows)))
+        if rows:
+            tables.append(TextTable(title, pd.DataFrame(rows)))
     if comp.aggregate is not None and len(comp.aggregate):
         agg = comp.aggregate.copy()
         agg["IQM [95% CI]"] = [_iqm_text(r) for _, r in agg.iterrows()]
