@@ -208,7 +208,7 @@ def write_best_profile(objective: LTSFObjective | MinigridObjective, best: optun
                        profile_name: str = "tuned") -> None:
     """Write a suite file whose one profile is the study's profile narrowed to its target and set to
     the best trial's configuration: ``recurbench run SUITE --config PATH --profile tuned`` trains it.
-    Written to a temporary file first, then moved into place."""
+    Written to a temporary file first, then moved into place, with the mode the umask gives a new file."""
     source = objective.config if objective.config is not None else suite_file(objective.suite)
     base = deep_merge(read_yaml(source)["profiles"][objective.profile], parse_overrides(objective.overrides))
     doc = {
@@ -221,6 +221,9 @@ def write_best_profile(objective: LTSFObjective | MinigridObjective, best: optun
     fd, tmp = tempfile.mkstemp(dir=target.parent, suffix=".yaml.part")
     with os.fdopen(fd, "w") as fh:
         yaml.safe_dump(doc, fh, sort_keys=False)
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(tmp, 0o666 & ~umask)  # mkstemp's 0600: as open() would create it
     os.replace(tmp, target)
 
 

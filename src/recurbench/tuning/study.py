@@ -1,9 +1,12 @@
 """Resumable Optuna studies tracked in MLflow, run in this process or on Ray workers.
 
 * Storage: default ``sqlite:///results/optuna.db`` (embedded). Any Optuna storage URL works:
-  ``journal:PATH`` (or a path ending in ``.log``) without a database, ``postgresql://...`` /
+  ``journal:PATH`` (or a path with no scheme ending in ``.log``) without a database, ``postgresql://...`` /
   ``mysql://...`` for workers on several machines. A storage that cannot serve (a corrupt file, a
   read-only folder) is refused in one line before anything runs.
+* Purpose: a study records what it tunes (:attr:`StudySpec.purpose`) when created, and one that records
+  another is refused (:func:`check_purpose`): an explicit name never resumes trials of other settings.
+  An MLflow tracking store given as the storage is refused before Optuna writes into it.
 * Workers: with ``--engine ray --workers N``, N Ray tasks take trials from the shared storage. Each
   stops at the target with Optuna's :class:`~optuna.study.MaxTrialsCallback`, counting the trials
   finished (COMPLETE or PRUNED) or running, so N workers do not overshoot. When they have all ended
@@ -23,7 +26,9 @@
   journal storage has no heartbeat: the driver fails such a trial through :meth:`optuna.Study.tell` and
   calls the same retry callback. A trial stopped by Ctrl-C or SIGTERM ends FAIL (its run KILLED) and
   has its parameters enqueued again by that callback too (:func:`_retry`), so a stopped study, started
-  again, continues as a killed one does; Optuna's warning with a traceback is not printed for a stop.
+  again, continues as a killed one does (a Ray task is cancelled by force and runs no handler: the
+  stopped driver fails the trials its tasks left RUNNING and ends their runs KILLED,
+  :func:`end_stopped_trials`); Optuna's warning with a traceback is not printed for a stop.
   The MLflow runs a killed invocation left RUNNING are ended FAILED when their owner process is
   provably gone (:func:`end_dead_runs`, the rule of :mod:`recurbench.tracking`).
 * The sampler is seeded with ``seed``, the worker's number and the number of trials the study already
@@ -43,7 +48,9 @@ import dataclasses
 import hashlib
 import logging
 import math
+import sys
 import time
+import uuid
 import warnings
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -62,6 +69,7 @@ from recurbench.errors import ConfigError
 from recurbench.suites.runner import STALE_REASON
 from recurbench.tracking import (
     RunHandle,
+    StoreUnreachable,
     Tracker,
     _writable_folder,
     check_sqlite_file,
@@ -85,6 +93,10 @@ def _experimental_api() -> Iterator[None]:
 
 DEFAULT_STORAGE = "sqlite:///results/optuna.db"
 PARENT_RUN_ATTR = "mlflow_parent_run_id"
+DRIVER_ATTR = "recurbench_driver"
+"""The trial's user attribute (and its runs' tag ``driver``) naming the invocation whose worker runs it."""
+PURPOSE_ATTR = "recurbench_study_for"
+"""The study's user attribute that records what it tunes (:attr:`StudySpec.purpose`)."""
 FINISHED = (TrialState.COMPLETE, TrialState.PRUNED)
 
 
@@ -128,6 +140,10 @@ class StudySpec:
     long, with two beats more, a starting study waits at most to tell a killed invocation's trial from
     a live driver's."""
     tags: dict[str, str] = field(default_factory=dict)
+    purpose: dict[str, Any] = field(default_factory=dict)
+    """What the study tunes (``tune``: suite, model, target, profile, and the ``settings`` digest with the
+    ``config`` and ``set`` it is of): recorded when the study is created, and a study that records
+    another is refused (:func:`check_purpose`). Empty: not checked."""
 
     @property
     def storage_url(self) -> str:
@@ -153,7 +169,7 @@ PRUNERS: dict[str, Callable[[], optuna.pruners.BasePruner]] = {
 
 def is_journal(url: str | None) -> bool:
     """Journal-file storages have no heartbeat; database storages do."""
-    return url is not None and (url.startswith("journal:") or url.endswith(".log"))
+    return url is not None and (url.startswith("journal:") or ("://" not in url and url.endswith(".log")))
 
 
 def _retry_callback(max_retry: int) -> tuple[str, Callable[[optuna.Study, FrozenTrial], None]]:
@@ -196,7 +212,7 @@ def make_storage(
         except OSError as exc:
             raise ConfigError(f"{what}: cannot open {path} ({exc.strerror or exc})") from None
     if (database := sqlite_file(url)) is not None:
-        check_sqlite_file(database, what)
+        check_sqlite_file(database, what, expect="optuna")  # an MLflow store: Optuna would add its tables
         database.parent.mkdir(parents=True, exist_ok=True)  # sqlite would not create its folder
     engine_kwargs = {"connect_args": {"timeout": 60}} if url.startswith("sqlite") else {}
     try:
@@ -208,14 +224,58 @@ def make_storage(
         raise ConfigError(f"cannot open Optuna storage {url!r}: {first}") from None
 
 
+def _describe_settings(purpose: dict[str, Any]) -> str:
+    """The ``--config`` and ``--set`` items a purpose's settings digest is of, as the command line gave them."""
+    parts = ([f"--config {purpose['config']}"] if purpose.get("config") else []) + [
+        f"--set {item}" for item in purpose.get("set", ())]
+    return " ".join(parts) or "the profile as shipped"
+
+
+def check_purpose(study: optuna.Study, spec: StudySpec, created: bool) -> None:
+    """Record ``spec.purpose`` on a study created now; refuse an existing study that records another
+    purpose, in one line naming the study and each difference (its trials were trained for that one, and
+    ``--best-out`` would write them for this one). A study that records none (created by an older
+    recurbench, or as a library call without one) cannot be checked: it is resumed, said so on stderr,
+    and records this purpose from now on."""
+    if not spec.purpose:
+        return
+    there = study.user_attrs.get(PURPOSE_ATTR)
+    if there is None:
+        if not created:
+            print(f"study {spec.study_name} records no settings (created by an older recurbench): resumed "
+                  "unchecked, and recorded as this invocation's from now on", file=sys.stderr, flush=True)
+        study.set_user_attr(PURPOSE_ATTR, spec.purpose)
+        return
+    here = spec.purpose
+    compared = [k for k in dict.fromkeys([*there, *here]) if k not in ("config", "set")]
+    differ = []
+    for key in compared:
+        if there.get(key) != here.get(key):
+            if key == "settings":
+                was, now = _describe_settings(there), _describe_settings(here)
+                if was == now:  # the same --config path and --set items: the file's content changed
+                    was, now = f"{was} ({there.get(key)})", f"{now} ({here.get(key)})"
+                differ.append(f"settings {was} there, {now} here")
+            else:
+                differ.append(f"{key} {there.get(key, '(none)')} there, {here.get(key, '(none)')} here")
+    if differ:
+        raise ConfigError(f"study {spec.study_name} in {spec.storage_url} is a study of other settings ("
+                          f"{'; '.join(differ)}); give another --study-name, or none for the default name")
+
+
 def load_study(spec: StudySpec, direction: str, worker: int = 0,
                storage: optuna.storages.BaseStorage | None = None) -> optuna.Study:
-    """Create or load the study (through ``storage``, default: :meth:`StudySpec.open_storage`). The
-    sampler's seed mixes ``spec.seed``, the worker and how many trials the study holds already: a seeded
+    """Create or load the study (through ``storage``, default: :meth:`StudySpec.open_storage`), refused
+    when it was created for another purpose (:func:`check_purpose`). The sampler's seed mixes ``spec.seed``, the worker and how many trials the study holds already: a seeded
     sampler started again would replay its start-up trials."""
     optuna.logging.set_verbosity(optuna.logging.WARNING)  # not "A new study created in RDB ...": tune prints its table
     storage = storage or spec.open_storage()
+    try:
+        created = storage.get_study_id_from_name(spec.study_name) is None
+    except KeyError:
+        created = True
     study = optuna.create_study(study_name=spec.study_name, storage=storage, direction=direction, load_if_exists=True)
+    check_purpose(study, spec, created)
     held = len(study.get_trials(deepcopy=False))
     with _experimental_api():
         sampler = optuna.samplers.TPESampler(seed=spec.seed + 1000 * worker + 7919 * held, multivariate=True, group=True)
@@ -306,6 +366,8 @@ def _trial_fn(objective: Objective, tracker: Tracker, parent_id: str, tags: dict
     def run_trial(trial: optuna.Trial) -> float:
         if heartbeat is not None:
             heartbeat.record_heartbeat(trial._trial_id)  # the storage API names trials by id, not number
+        if "driver" in tags:
+            trial.set_user_attr(DRIVER_ATTR, tags["driver"])
         pruned: optuna.TrialPruned | None = None
         try:
             with tracker.run(
@@ -368,7 +430,8 @@ def study_worker(spec: StudySpec, objective: Objective, parent_id: str, worker: 
 class StudyResult:
     study_name: str
     storage: str
-    parent_run_id: str
+    parent_run_id: str | None
+    """The study's MLflow parent run; None when nothing was run and the tracking store holds none."""
     counts: dict[str, int]
     best_value: float | None
     best_params: dict[str, Any]
@@ -377,13 +440,18 @@ class StudyResult:
     """Trials a killed invocation left running: failed, and their parameters tried again."""
     running_elsewhere: list[int] = field(default_factory=list)
     """Trials running in another driver when this one ended."""
+    notes: list[str] = field(default_factory=list)
+    """What the study's table does not say: nothing was run (the study was complete already), or the
+    workers stopped at the timeout short of ``n_trials``."""
 
 
 def run_study(
     spec: StudySpec, objective: Objective, tracker: Tracker | None = None, engine: EngineSpec | None = None,
 ) -> StudyResult:
     """Create or resume ``spec.study_name`` and run it to ``n_trials`` finished trials, with one worker
-    in this process (``serial``) or ``engine.workers`` Ray tasks."""
+    in this process (``serial``) or ``engine.workers`` Ray tasks. A study that holds them already is not
+    run: no parent run is opened (the result names the stored one, if any) and a note says so; a note
+    also says when the workers stopped at ``spec.timeout`` short of ``n_trials``."""
     engine = engine or EngineSpec()
     tracker = tracker or make_tracker()
     tracker.open()  # a bad tracking URI fails before the Optuna storage is created
@@ -391,12 +459,20 @@ def run_study(
     experiment = experiment_name(objective.suite)
     workers = 1 if engine.kind == "serial" else engine.workers or engine.in_flight() or 1
     crashes: list[str] = []
+    driver = uuid.uuid4().hex[:12]  # this invocation's trials: those it fails if it is stopped
+    worker_spec = dataclasses.replace(spec, tags={**spec.tags, "driver": driver})
     with open_session(engine, tracker) as session:
         recovered = recover_stale_trials(study, spec)
         end_dead_runs(session.tracker, experiment, spec.study_name)
         parent_id = study.user_attrs.get(PARENT_RUN_ATTR)
         if not _live_parent(session.tracker, experiment, spec.study_name, parent_id):
             parent_id = None
+        if (held := len(study.get_trials(deepcopy=False, states=FINISHED))) >= spec.n_trials:
+            # Nothing to run: no new parent run, and nothing logged again (best_trial.json, the figures).
+            result = _study_result(spec, study, parent_id, recovered)
+            result.notes.append(f"nothing was run: study {spec.study_name} holds {held} finished trial{'' if held == 1 else 's'} already "
+                                f"(--trials {spec.n_trials}); pass a larger --trials to run more")
+            return result
         with session.tracker.run(
             spec.study_name, experiment=experiment,
             tags=standard_tags(**spec.tags, role="study", study=spec.study_name, engine=engine.kind),
@@ -411,31 +487,76 @@ def run_study(
                 missing = spec.n_trials - len(study.get_trials(deepcopy=False, states=FINISHED))
                 if missing <= 0 or (_round and spec.timeout is not None):
                     break
-                jobs = [(spec, objective, parent_id, w, session.tracker) for w in range(min(workers, missing))]
+                jobs = [(worker_spec, objective, parent_id, w, session.tracker) for w in range(min(workers, missing))]
                 died = len(crashes)
-                session.map(study_worker, jobs, lambda _i, _n: None, lambda i, why: crashes.append(f"worker {i}: {why}"))
+                try:
+                    session.map(study_worker, jobs, lambda _i, _n: None,
+                                lambda i, why: crashes.append(f"worker {i}: {why}"))
+                except (KeyboardInterrupt, SystemExit) as exc:
+                    end_stopped_trials(study, spec, session.tracker, experiment, parent_id, driver,
+                                       f"KeyboardInterrupt: the driver was stopped ({type(exc).__name__})"
+                                       + (" and cancelled its Ray tasks" if engine.kind == "ray" else ""))
+                    raise
                 if len(crashes) == died:  # the rest are running in another driver
                     break
                 recovered += recover_stale_trials(study, spec)
                 end_dead_runs(session.tracker, experiment, spec.study_name)
             study = load_study(spec, objective.direction)
-            trials = study.get_trials(deepcopy=False)
-            counts = {state.name.lower(): sum(t.state == state for t in trials) for state in TrialState}
-            parent.log_metrics({f"trials_{k}": v for k, v in counts.items()})
+            result = _study_result(spec, study, parent.run_id, recovered)
+            parent.log_metrics({f"trials_{k}": v for k, v in result.counts.items()})
             if crashes:
                 parent.set_tags({"worker_crashes": "; ".join(crashes)[:5000]})
-            completed = [t for t in trials if t.state == TrialState.COMPLETE]
-            best = study.best_trial if completed else None
-            if best is not None:
-                parent.log_params({f"best.{k}": v for k, v in best.params.items()})
-                parent.log_metrics({"best_value": best.value, "best_trial": best.number})
-                parent.log_dict({"number": best.number, "value": best.value, "params": best.params}, "best_trial.json")
+            if result.best_trial is not None:
+                parent.log_params({f"best.{k}": v for k, v in result.best_params.items()})
+                parent.log_metrics({"best_value": result.best_value, "best_trial": result.best_trial})
+                parent.log_dict({"number": result.best_trial, "value": result.best_value, "params": result.best_params},
+                                "best_trial.json")
                 _log_figures(study, parent)
-            return StudyResult(
-                spec.study_name, spec.storage_url, parent.run_id, counts,
-                best.value if best else None, dict(best.params) if best else {}, best.number if best else None,
-                recovered, [t.number for t in trials if t.state == TrialState.RUNNING],
-            )
+            finished = result.counts["complete"] + result.counts["pruned"]
+            if spec.timeout is not None and finished + len(result.running_elsewhere) < spec.n_trials:
+                result.notes.append(f"stopped at --timeout {spec.timeout:g} s after {finished} of {spec.n_trials} "
+                                    "trials; run again to continue")
+            return result
+
+
+def end_stopped_trials(study: optuna.Study, spec: StudySpec, tracker: Tracker, experiment: str, parent_id: str,
+                       driver: str, reason: str) -> list[int]:
+    """After driver ``driver`` was stopped (Ctrl-C, SIGTERM): end KILLED the trial runs its workers left
+    RUNNING under ``parent_id``, fail the Optuna trials they left RUNNING and enqueue their parameters
+    again (:func:`_retry`); the numbers of the trials failed. A Ray task is cancelled by force, so its
+    own handler (:func:`_trial_fn`'s) never runs; in this process it did, and nothing is left here. Other
+    drivers' trials (their runs may nest under the same parent) are left alone."""
+    try:
+        tracker.end_stale(experiment, {"study": spec.study_name, "role": "trial", "driver": driver}, reason,
+                          status="KILLED", parent_id=parent_id)
+    except StoreUnreachable:
+        pass
+    failed = []
+    for trial in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+        if trial.user_attrs.get(DRIVER_ATTR) == driver:
+            try:
+                study.tell(trial.number, state=TrialState.FAIL)
+            except optuna.exceptions.UpdateFinishedTrialError:  # its worker ended it after all
+                continue
+            _retry(study, trial.number, spec.max_retry)
+            failed.append(trial.number)
+    return failed
+
+
+def _study_result(spec: StudySpec, study: optuna.Study, parent_run_id: str | None, recovered: list[int]) -> StudyResult:
+    """What the study holds now: its trials' counts, its best trial, the trials running elsewhere."""
+    trials = study.get_trials(deepcopy=False)
+    counts = {state.name.lower(): sum(t.state == state for t in trials) for state in TrialState}
+    best = study.best_trial if any(t.state == TrialState.COMPLETE for t in trials) else None
+    return StudyResult(
+        spec.study_name, spec.storage_url, parent_run_id, counts,
+        best.value if best else None, dict(best.params) if best else {}, best.number if best else None,
+        recovered, [t.number for t in trials if t.state == TrialState.RUNNING],
+    )
+
+
+NEEDS_SEVERAL_TRIALS = ("param_importances.png",)
+"""The figures that mean nothing below 2 completed trials (importances compare trials' values)."""
 
 
 def _log_figures(study: optuna.Study, run: RunHandle) -> None:
@@ -450,7 +571,11 @@ def _log_figures(study: optuna.Study, run: RunHandle) -> None:
         "param_importances.png": ovm.plot_param_importances,
         "parallel_coordinate.png": ovm.plot_parallel_coordinate,
     }
+    completed = len(study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)))
     for name, plot in figures.items():
+        if name in NEEDS_SEVERAL_TRIALS and completed < 2:  # Optuna draws one, which says nothing
+            run.set_tags({f"figure_skipped.{name}": f"{completed} completed trial; it needs at least 2"})
+            continue
         try:
             with _experimental_api():
                 # Optuna's own remarks on a small study ("too small to compute importances", "some regimes

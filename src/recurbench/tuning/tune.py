@@ -115,15 +115,19 @@ def check_seed(seed: int) -> None:
 def study_spec(request: TuneRequest, engine: EngineSpec, objective: LTSFObjective | MinigridObjective,
                tags: dict[str, str]) -> StudySpec:
     """The study: named by suite, model, target, profile and a digest of any other settings (so the
-    default name never resumes trials trained under other settings), tagged with where it trains."""
-    name = request.study_name or default_study_name(
-        request.suite, request.model, *tags.values(), request.profile, settings_digest(request.config, request.overrides))
+    default name never resumes trials trained under other settings), tagged with where it trains. Its
+    purpose records the same, so that an explicit ``--study-name`` of a study of other settings is
+    refused too (:func:`~recurbench.tuning.study.check_purpose`)."""
+    settings = settings_digest(request.config, request.overrides)
+    name = request.study_name or default_study_name(request.suite, request.model, *tags.values(), request.profile, settings)
     where = (describe_device(SUITES[request.suite]().target_device(objective.device)) if not engine.gpus_per_run
              else f"ray ({engine.gpus_per_run:g} GPU per run)")
     return StudySpec(
         study_name=name, n_trials=request.trials, storage=request.storage, timeout=request.timeout, seed=request.seed,
         pruner=request.pruner,
         tags={"suite": request.suite, "profile": request.profile, "model": request.model, **tags, "device": where},
+        purpose={"suite": request.suite, "model": request.model, **tags, "profile": request.profile,
+                 "settings": settings or "shipped", "config": request.config, "set": list(request.overrides)},
     )
 
 
@@ -149,6 +153,7 @@ def tune(request: TuneRequest, tracker: Tracker, engine: EngineSpec) -> TuneOutc
     if request.enqueue_paper and isinstance(objective, LTSFObjective):
         notes += enqueue_paper_trial(spec, objective)
     result = run_study(spec, objective, tracker, engine)
+    notes += result.notes
     if request.best_out and result.best_trial is not None:
         write_best_profile(objective, load_study(spec, objective.direction).best_trial, request.best_out)
         notes.append(f"best configuration written to {request.best_out}: recurbench run {request.suite} "
