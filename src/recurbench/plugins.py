@@ -363,14 +363,16 @@ class SettingError(ConfigError):
         self.key, self.message = key, message
 
 
+KIND_BASES: dict[str, type] = {}
+"""The base class of each kind that has one (``memory core``: ``MemoryCore``; ``language model``:
+``Recognizer``), set by the module that defines it: a class derived from it has imported that module."""
+
+
 def other_kind(cls: type, kind: str) -> None:
     """Refuse (``TypeError``) a class of another kind than ``kind`` that its adapter would take for one:
     a memory core or a language model is an ``nn.Module`` too, so it would pass for a forecaster until
     its first run."""
-    from recurbench.agents.cores import MemoryCore  # noqa: PLC0415 - the registries' modules import this one
-    from recurbench.langs.models import Recognizer  # noqa: PLC0415
-
-    for base, its_kind in ((MemoryCore, "memory core"), (Recognizer, "language model")):
+    for its_kind, base in KIND_BASES.items():
         if its_kind != kind and issubclass(cls, base):
             raise TypeError(f"{_qualified(cls)} is a {its_kind} (a {base.__name__} subclass), not a {kind}: "
                             f"declare it in group {GROUPS[its_kind]}")

@@ -65,7 +65,7 @@ from recurbench.kernels.memattn.sequence import (
     recurrent_sequence,
     sparse_attentive_sequence,
 )
-from recurbench.plugins import PluginRegistry, call_with_settings, first_doc_line
+from recurbench.plugins import KIND_BASES, PluginRegistry, call_with_settings, first_doc_line
 
 State = tuple[Tensor, ...]
 
@@ -144,6 +144,9 @@ class MemoryCore(nn.Module, ABC):
             out, state = self.step(x[t], state, episode_starts[t])
             outputs.append(out)
         return torch.stack(outputs), state
+
+
+KIND_BASES["memory core"] = MemoryCore  # a plugin class of another group that derives from it is refused
 
 
 class LSTMCore(MemoryCore):

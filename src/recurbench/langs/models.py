@@ -39,7 +39,7 @@ from recurbench.forecasters.layers.blocks import SelfAttentionBlock
 from recurbench.forecasters.layers.embedding import sinusoid_table
 from recurbench.forecasters.layers.rsa import REMHeadConfig, RSAMixer
 from recurbench.forecasters.models.transformer_xl import RelativeAttentionLayer, XLBlock
-from recurbench.plugins import PluginRegistry, first_doc_line, other_kind
+from recurbench.plugins import KIND_BASES, PluginRegistry, first_doc_line, other_kind
 
 VOCAB = 3
 """Padding plus the two symbols of every language."""
@@ -148,6 +148,9 @@ class Recognizer(nn.Module):
     def attention_layers(self) -> dict[str, nn.Module]:
         """The attention of each layer by name (what ``rsa_state`` reads the gates and REMs from)."""
         return {}
+
+
+KIND_BASES["language model"] = Recognizer  # a plugin class of another group that derives from it is refused
 
 
 class CausalTransformer(Recognizer):
