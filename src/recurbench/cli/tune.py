@@ -69,7 +69,8 @@ def tune_cmd(
     result = outcome.result
     console.print(table(f"study {result.study_name}", ["key", "value"], [
         ["storage", result.storage], ["trials", json.dumps(result.counts)], ["best trial", result.best_trial],
-        ["best " + ("validation loss" if suite == "ltsf" else "training-env reward"), result.best_value],
+        ["best " + ("validation loss" if suite == "ltsf" else "training-env reward"),
+         None if result.best_value is None else f"{result.best_value:.4f}"],  # best_trial.json keeps every digit
         ["best params", json.dumps(result.best_params)],
         ["stale trials failed and retried", result.recovered],
         *([["running in another driver", result.running_elsewhere]] if result.running_elsewhere else []),
