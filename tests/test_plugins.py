@@ -18,12 +18,14 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
+from recurbench import plugins
 from recurbench.agents.cores import CORES, LSTMCore, make_core
 from recurbench.cli import app
+from recurbench.engine import _in_task
 from recurbench.errors import ConfigError
 from recurbench.forecasters.models import ARCHITECTURES
 from recurbench.langs.models import LANG_MODELS
-from recurbench.plugins import SettingError
+from recurbench.plugins import SettingError, left_out_lines
 from recurbench.suites.registry import SUITES
 from recurbench.testing import check_forecaster, check_language_model, check_plugin
 
@@ -116,6 +118,39 @@ def test_a_plugin_that_fails_to_import_is_left_out_in_one_line(tmp_path, monkeyp
     listed = runner.invoke(app, ["list", "models"], terminal_width=400)
     assert listed.exit_code == 0
     assert line in listed.output and "rellstm" in listed.output
+    # --json lists it too, with why (a script reading stdout alone saw nothing missing)
+    items = json.loads(runner.invoke(app, ["list", "models", "--json"]).output)
+    assert [i for i in items if i["left_out"] is not None] == [
+        {"name": "broken", "kind": "memory core", "suites": "", "package": "recurbench-broken", "description": "",
+         "left_out": "failed to load: ModuleNotFoundError: No module named 'recurbench_no_such_module'"}]
+    assert {i["left_out"] for i in items if i["name"] == "lstm"} == {None}
+
+
+def test_a_ray_task_does_not_print_again_the_lines_its_driver_printed(tmp_path, monkeypatch, fresh_registries,
+                                                                      capsys):
+    """Every Ray task is a fresh worker that loads the plugins again; its lines reached the driver's
+    stderr once per task. A task is told what the driver printed (``_in_task``'s ``said``)."""
+    _dist_info(tmp_path, "recurbench-broken", "[recurbench.cores]\nbroken = recurbench_no_such_module:Core\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert "broken" not in CORES  # the driver loads the group: one line
+    said = left_out_lines()
+    assert capsys.readouterr().err.count(" left out: ") == 1
+    threads = torch.get_num_threads()
+
+    def in_a_fresh_worker(told: list[str]) -> str | None:
+        CORES.reload()
+        monkeypatch.setattr(plugins, "_SAID_BY_DRIVER", set())  # a worker's process starts with nothing told
+        try:
+            return _in_task(lambda: CORES.left_out("broken"), (), threads, False, told)
+        finally:
+            torch.set_num_threads(threads)
+
+    # Silent, yet the name still says why it is unknown.
+    assert in_a_fresh_worker(said).startswith("package 'recurbench-broken': failed to load: ModuleNotFoundError")
+    assert capsys.readouterr().err == ""
+    # A line the driver did not print (a worker machine whose plugin fails otherwise) is printed.
+    assert in_a_fresh_worker([]) is not None
+    assert capsys.readouterr().err.count(" left out: ") == 1
 
 
 def test_a_name_whose_plugin_was_left_out_says_why_not_just_unknown(tmp_path, monkeypatch, fresh_registries):

@@ -49,7 +49,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from recurbench.errors import ConfigError
-from recurbench.plugins import plugin_paths
+from recurbench.plugins import left_out_lines, plugin_paths, said_by_driver
 from recurbench.runtime import raise_if_terminated, tune_allocator
 from recurbench.tracking import (
     MlflowRun,
@@ -336,7 +336,8 @@ class RaySession(Session):
                     index, job = queue.pop(0)
                     if on_start is not None:
                         on_start(index)
-                    pending[remote.remote(fn, job, self.spec.threads, self.spec.gpus_per_run > 0)] = index
+                    pending[remote.remote(fn, job, self.spec.threads, self.spec.gpus_per_run > 0,
+                                          left_out_lines())] = index
                 raise_if_terminated()
                 # A bounded wait, so that Ctrl-C and SIGTERM are seen between two waits.
                 ready, _ = ray.wait(list(pending), num_returns=1, timeout=1.0)
@@ -361,11 +362,13 @@ def _crash_reason(exc: Exception, retries: int) -> str:
     return f"{type(exc).__name__} after {retries} retr{'y' if retries == 1 else 'ies'}: {first}"[:2000]
 
 
-def _in_task(fn: Callable[..., Any], job: tuple[Any, ...], threads: int, gpu: bool) -> Any:
-    """The body of every Ray task: this process's settings, then ``fn(*job)``."""
+def _in_task(fn: Callable[..., Any], job: tuple[Any, ...], threads: int, gpu: bool,
+             said: Sequence[str] = ()) -> Any:
+    """The body of every Ray task: this process's settings, then ``fn(*job)``. ``said``: the plugins'
+    left-out lines the driver printed, which this worker's own loading does not print again."""
     import torch  # noqa: PLC0415 - torch: the CLI imports this at start-up, --help must not wait
 
-
+    said_by_driver(said)
     tune_allocator()
     torch.set_num_threads(threads)
     if gpu:

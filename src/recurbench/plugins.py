@@ -21,7 +21,8 @@ the class is imported from the user's module when first named.
 
 Bad plugins never take the built-ins down: a plugin that fails to import, or whose name clashes with a
 built-in or another plugin, is left out with one line on stderr naming the entry point, its package
-and the reason (also kept in :attr:`PluginRegistry.problems`, which ``recurbench list`` shows).
+and the reason (also kept in :attr:`PluginRegistry.problems`, which ``recurbench list`` shows). A Ray
+task does not print again a line its driver printed (:func:`said_by_driver`).
 
 **A plugin's own settings.** Besides what the suite hands every model of its kind (a forecaster's or
 language model's ``cfg``; a core's ``input_size``, ``hidden_size`` and the suite's core settings), a
@@ -174,6 +175,8 @@ class PluginRegistry(MutableMapping[str, T], Generic[T]):
         self.problems: list[str] = []
         """One line per plugin left out (failed to import, clashing name, not the kind's contract)."""
         self._left_out: dict[str, str] = {}
+        self.refused: list[tuple[str, str, str]] = []
+        """Each plugin left out as (its name, its package, why), in :attr:`problems`' order."""
 
     # -- loading -----------------------------------------------------------------------------------
     def _loaded(self) -> dict[str, T]:
@@ -211,9 +214,12 @@ class PluginRegistry(MutableMapping[str, T], Generic[T]):
         line = (f"recurbench: {self.kind} plugin {ep.name!r} (entry point {ep.name} = {ep.value} in group "
                 f"{self.group}, package {_package(ep)!r}) left out: {why}")
         self.problems.append(line)
+        self.refused.append((ep.name, _package(ep), why))
         if ep.name not in self._builtins:  # a clash with a built-in leaves the name known
             self._left_out[ep.name] = f"package {_package(ep)!r}: {why}"
-        print(line, file=sys.stderr)
+        if line not in _SAID_BY_DRIVER:
+            print(line, file=sys.stderr)
+        _SAID.append(line)
 
     def left_out(self, name: str) -> str | None:
         """Why an installed plugin of this name was left out (its package and the reason); None if none was."""
@@ -278,7 +284,7 @@ class PluginRegistry(MutableMapping[str, T], Generic[T]):
 
     def reload(self) -> None:
         """Forget the loaded plugins: the next read looks the group up again (after an install)."""
-        self._entries, self._sources, self.problems, self._left_out = None, {}, [], {}
+        self._entries, self._sources, self.problems, self._left_out, self.refused = None, {}, [], {}, []
 
     # -- a plugin's own settings -------------------------------------------------------------------
     def _subject(self, name: str) -> str:
@@ -477,6 +483,26 @@ def _joined(name: str, settings: Any, registry: PluginRegistry[Any]) -> Iterator
         return
     for part, below in settings.items():
         yield from _joined(f"{name}.{part}", below, registry)
+
+
+_SAID: list[str] = []
+"""Every left-out line this process's registries have found (and printed, but those in
+:data:`_SAID_BY_DRIVER`), in order."""
+_SAID_BY_DRIVER: set[str] = set()
+"""In a Ray task: the left-out lines its driver printed already, which the task's own loading keeps
+off stderr (every task is a fresh worker that loads the plugins again; the driver's user saw them once).
+A line the driver did not print (a worker machine whose plugin fails otherwise) is printed."""
+
+
+def left_out_lines() -> list[str]:
+    """The left-out lines this process has found so far, each once (what a Ray task is told was said)."""
+    return list(dict.fromkeys(_SAID))
+
+
+def said_by_driver(lines: Collection[str]) -> None:
+    """Keep ``lines`` (the driver's :func:`left_out_lines`) off this process's stderr: a Ray task's first
+    step. Kept in :attr:`PluginRegistry.problems` all the same, so a name left out still says why."""
+    _SAID_BY_DRIVER.update(lines)
 
 
 _QUICK_PATH_MODULES: set[str] = set()

@@ -90,12 +90,14 @@ TrackingOpt = Annotated[
     typer.Option("--tracking-uri", help="MLflow tracking URI (default: $MLFLOW_TRACKING_URI, else sqlite:///results/mlflow.db)."),
 ]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
+_DEVICE_HELP = ("Where to train: auto (a CUDA GPU when one is visible, else the CPU), cpu, cuda, cuda:N or mps. "
+                "Default: auto for ltsf; cpu for {small} (small networks stepped one batch or one time step at a "
+                "time: a GPU mostly waits on launches).")
 DeviceOpt = Annotated[
-    str | None,
-    typer.Option("--device", help="Where to train: auto (a CUDA GPU when one is visible, else the CPU), cpu, cuda, "
-                 "cuda:N or mps. Default: auto for ltsf; cpu for minigrid, langs and memory (small "
-                 "networks stepped one batch or one time step at a time: a GPU mostly waits on launches)."),
+    str | None, typer.Option("--device", help=_DEVICE_HELP.format(small="minigrid, langs and memory")),
 ]
+TuneDeviceOpt = Annotated[str | None, typer.Option("--device", help=_DEVICE_HELP.format(small="minigrid"))]
+"""``tune``'s ``--device``: it tunes ltsf and minigrid only."""
 
 EngineOpt = Annotated[
     str,

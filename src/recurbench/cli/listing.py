@@ -37,8 +37,8 @@ def list_cmd(
         items, registries = _models()
         if as_json:
             return print_json(items)
-        console.print(table("models", ["name", "kind", "suites", "package", "description"],
-                            [list(i.values()) for i in items]))
+        columns = ["name", "kind", "suites", "package", "description"]
+        console.print(table("models", columns, [[i[c] for c in columns] for i in items if i["left_out"] is None]))
         _print_problems(registries)
     elif what == "datasets":
         items = [
@@ -64,8 +64,9 @@ def list_cmd(
         raise RecurbenchError(f"unknown listing {what!r}; choose one of: suites, models, datasets, envs")
 
 
-def _models() -> tuple[list[dict[str, str]], list[Any]]:
-    """Every model of every kind (built-ins first, then plugins), and the registries they came from."""
+def _models() -> tuple[list[dict[str, str | None]], list[Any]]:
+    """Every model of every kind (built-ins first, then plugins), then every plugin left out (its
+    ``left_out``: why; None for the others), and the registries they came from."""
     from recurbench.agents.cores import CORES  # noqa: PLC0415 - torch
     from recurbench.forecasters.models import ARCHITECTURES  # noqa: PLC0415 - torch
     from recurbench.langs.models import LANG_MODELS  # noqa: PLC0415 - torch
@@ -79,8 +80,12 @@ def _models() -> tuple[list[dict[str, str]], list[Any]]:
     ]
     items = [
         {"name": name, "kind": registry.kind, "suites": suites(entry), "package": registry.source(name).package,
-         "description": describe(entry)}
+         "description": describe(entry), "left_out": None}
         for registry, suites, describe in kinds for name, entry in registry.items()
+    ]
+    items += [
+        {"name": name, "kind": registry.kind, "suites": "", "package": package, "description": "", "left_out": why}
+        for registry, _, _ in kinds for name, package, why in registry.refused
     ]
     return items, [registry for registry, _, _ in kinds]
 
