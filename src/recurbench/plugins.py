@@ -167,6 +167,7 @@ class PluginRegistry(MutableMapping[str, T], Generic[T]):
                  quick_path: bool = True, constructor: Callable[[T], Callable[..., object]] | None = None,
                  supplied: int = 0) -> None:
         self.kind, self.group, self.quick_path = kind, GROUPS[kind], quick_path
+        _REGISTRIES.append(self)
         self._builtins = dict(builtins)
         self._adapt = adapt
         self._constructor, self._supplied = constructor, supplied
@@ -281,6 +282,11 @@ class PluginRegistry(MutableMapping[str, T], Generic[T]):
 
     def is_builtin(self, name: str) -> bool:
         return name in self._builtins
+
+    def is_plugin(self, name: str) -> bool:
+        """Whether ``name`` is an entry not recurbench's own: an installed plugin's, one set in-process, or
+        a ``module:Class`` named so far (never imported here for the asking)."""
+        return name in self._loaded() and self._sources[name].package != BUILT_IN
 
     def reload(self) -> None:
         """Forget the loaded plugins: the next read looks the group up again (after an install)."""
@@ -483,6 +489,16 @@ def _joined(name: str, settings: Any, registry: PluginRegistry[Any]) -> Iterator
         return
     for part, below in settings.items():
         yield from _joined(f"{name}.{part}", below, registry)
+
+
+_REGISTRIES: list[PluginRegistry[Any]] = []
+"""Every registry made in this process (each kind's module makes its own)."""
+
+
+def names_a_plugin(value: object) -> bool:
+    """Whether ``value`` (a run's tag, say) names a model or suite of any registry that is not recurbench's
+    own (:meth:`PluginRegistry.is_plugin`)."""
+    return isinstance(value, str) and any(registry.is_plugin(value) for registry in _REGISTRIES)
 
 
 _SAID: list[str] = []

@@ -90,3 +90,27 @@ def test_langs_and_memory_summaries_close_with_the_caveat_only_beside_paper_figu
     header, rows = definition.summary_rows(outcomes)
     assert rows[0][header.index("paper (Table 5)")] == "0.12"
     assert " ".join(rows[-1][0].split()).startswith("paper (Table 5): not comparable with the paper's figures:")
+
+
+def test_a_plugin_models_configuration_is_outside_the_paper_not_at_its_class_defaults(monkeypatch):
+    """The paper ran no plugin's model: its own settings are not the paper's (they read "(paper 1)",
+    the class's default, before)."""
+    import torch
+
+    from recurbench.agents.cores import CORES, MemoryCore, _plugin_core
+    from recurbench.records import logged_settings
+
+    class Widened(MemoryCore):
+        """An LSTM cell whose state is ``width`` times wider than its output."""
+
+        def __init__(self, input_size, hidden_size, *, width: int = 1):
+            super().__init__(input_size, hidden_size)
+            self.cell_ = torch.nn.LSTMCell(input_size, hidden_size * width)
+            self.out = torch.nn.Linear(hidden_size * width, hidden_size)
+
+    monkeypatch.setitem(CORES, "widened", _plugin_core(Widened, "widened"))
+    definition, paper = load_profile("minigrid", "paper", overrides=["plugin_settings.widened.width=2"])
+    (plan,) = definition.plan(paper, {"envs": ["DoorKey"], "models": ["widened"]}, data_dir=None)
+    assert plan.params["plugin_settings"] == {"width": 2}
+    differences = paper_differences(MinigridSuite(), [(plan.tags, logged_settings(plan.params))])
+    assert differences == [f"1 configuration(s) the paper profile does not run: {plan.tags['env']}/widened"]

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from recurbench.errors import ConfigError
+from recurbench.plugins import names_a_plugin
 from recurbench.records import EXECUTION_PARAMS, logged_settings
 from recurbench.suites.base import RunOutcome, SuiteDefinition
 
@@ -88,7 +89,9 @@ def _paper_settings(definition: SuiteDefinition
         return None
     shipped = definition.shipped_settings(cfg)
     keys = tuple(shipped[0][0]) if shipped else ()  # every configuration is named by the same tags
-    table = {tuple(str(tags[k]) for k in keys): params for tags, params in shipped}
+    # The paper never ran a plugin's model: its configurations are outside, not at the class's defaults.
+    table = {tuple(str(tags[k]) for k in keys): params for tags, params in shipped
+             if not any(names_a_plugin(v) for v in tags.values())}
     return keys, table, definition.param_defaults()
 
 
