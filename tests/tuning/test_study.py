@@ -524,9 +524,9 @@ def test_optunas_remarks_while_drawing_a_studys_figures_do_not_reach_the_user(tm
 
     real = ovm.plot_param_importances
 
-    def remarking(study):
+    def remarking(study, **kwargs):
         warnings.warn("Some regimes for parameter `x` have less than 2 trials.", UserWarning, stacklevel=2)
-        return real(study)
+        return real(study, **kwargs)
 
     monkeypatch.setattr(ovm, "plot_param_importances", remarking)
     spec = StudySpec("figs", 3, storage=f"sqlite:///{tmp_path / 'o.db'}", seed=1, pruner="none")
@@ -559,3 +559,38 @@ def test_creating_a_study_says_nothing_to_the_user(tmp_path):
         logger.removeHandler(handler)
         optuna.logging.set_verbosity(before)
     assert [r.getMessage() for r in records] == []
+
+
+def test_the_parallel_coordinate_figure_of_many_parameters_draws_the_most_important_few():
+    """With about 11 parameters (an RSA study) the figure's axis labels ran into each other: it draws at
+    most PARALLEL_PARAMS, those that matter most, and says so in its title."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from optuna.visualization import matplotlib as ovm
+
+    from recurbench.tuning.study import PARALLEL_PARAMS, _parallel_coordinate
+
+    drawn: list[list[str]] = []
+
+    def recording(study, params):
+        drawn.append(list(params))
+        return ovm.plot_parallel_coordinate(study, params=params)
+
+    def objective(trial):  # two parameters decide the value; six barely move it
+        value = 10 * trial.suggest_float("big_a", 0, 1) + 10 * trial.suggest_float("big_b", 0, 1)
+        return value + sum(1e-3 * trial.suggest_float(f"small_{i}", 0, 1) for i in range(6))
+
+    study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=0))
+    study.optimize(objective, n_trials=30)
+    ax = _parallel_coordinate(recording, study)
+    assert len(drawn[0]) == PARALLEL_PARAMS and {"big_a", "big_b"} <= set(drawn[0])
+    assert ax.get_title() == f"Parallel coordinates: the {PARALLEL_PARAMS} most important of 8 parameters"
+    plt.close(ax.figure)
+    # A study of few parameters is drawn whole, under Optuna's own title.
+    few = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=0))
+    few.optimize(lambda t: t.suggest_float("x", 0, 1) + t.suggest_float("y", 0, 1), n_trials=5)
+    ax = _parallel_coordinate(recording, few)
+    assert drawn[1] == ["x", "y"] and ax.get_title() == "Parallel Coordinate Plot"
+    plt.close(ax.figure)
