@@ -172,7 +172,7 @@ def test_another_suites_option_is_refused(args, message, tmp_path):
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["--workers", "2"], "--workers need --engine ray (the serial engine runs one run at a time in this process)"),
+        (["--workers", "2"], "--workers needs --engine ray (the serial engine runs one run at a time in this process)"),
         (["--engine", "ray", "--address", "ray://head:10001"],
          "is a file on this machine, which workers on other machines of the Ray cluster at ray://head:10001 cannot share"),
         (["--engine", "ray", "--cpus-per-run", "0"], "--cpus-per-run must be positive, got 0.0"),

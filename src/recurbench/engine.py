@@ -108,8 +108,8 @@ class EngineSpec:
                                               ("--cpus-per-run", self.cpus_per_run if self.cpus_per_run != 1 else None))
                      if value is not None]
             if given:
-                raise ConfigError(f"{', '.join(given)} need --engine ray (the serial engine runs one run at a time "
-                                  "in this process)")
+                raise ConfigError(f"{', '.join(given)} need{'s' if len(given) == 1 else ''} --engine ray (the serial "
+                                  "engine runs one run at a time in this process)")
 
     @property
     def cluster_address(self) -> str | None:
