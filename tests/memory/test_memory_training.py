@@ -56,6 +56,14 @@ def test_gradient_norms_match_a_hand_computation():
     assert hs[0].grad is None  # parameter (leaf) gradients are left untouched
 
 
+def test_a_tiny_float32_gradient_has_its_norm_not_zero():
+    # An LSTM's gradient at T = 100 falls below 1e-22 within 15 steps of the end: its float32 norm was 0.
+    h = torch.zeros(10, 128, requires_grad=True)  # float32, as the models' states
+    for scale in (1e-23, 1e-30, 1e-37):
+        (norm,) = gradient_norms((h * scale).sum(), [h])
+        np.testing.assert_allclose(norm, np.float64(np.float32(scale)) * np.sqrt(1280), rtol=1e-6)
+
+
 @pytest.mark.parametrize("core", ["lstm", "rellstm"])
 def test_recorded_norms_equal_retain_grad_on_the_step_outputs(core):
     task = make_task("copy", 4, copy_length=3, labels=4)
