@@ -232,6 +232,20 @@ def test_console_errors_print_brackets_as_they_are(tmp_path):
     assert not (tmp_path / "store.db").exists()
 
 
+def test_console_errors_print_colons_as_they_are_on_one_line(tmp_path):
+    # rich read ":abc" as an emoji code (`chrono🔤`), and folded a long message at 160 columns into a log file.
+    env = {k: v for k, v in os.environ.items() if k != "COLUMNS"}
+    proc = subprocess.run(
+        [sys.executable, "-c", "from recurbench.cli import main; main()", "run", "memory", "--dry-run",
+         "--set", "model.gate_init=chrono:abc", "--set", "task.labels=8"],
+        capture_output=True, text=True, env=env, check=False, cwd=tmp_path,
+    )
+    assert proc.returncode == 1
+    (line,) = proc.stderr.splitlines()
+    assert line.startswith("error: ") and "model.gate_init=chrono:abc" in line and "'chrono:abc'" in line
+    assert len(line) > 160
+
+
 def test_tables_show_cells_as_text_not_markup():
     from rich.console import Console
 

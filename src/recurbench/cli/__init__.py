@@ -76,7 +76,8 @@ def main() -> None:
     try:
         code = app(standalone_mode=False)  # click returns the exit code of --help and the like
     except RecurbenchError as exc:
-        err_console.print(f"[red]error:[/red] {escape(str(exc))}", highlight=False)
+        # soft_wrap: one line, as written (a terminal folds it; a log file keeps it whole for grep)
+        err_console.print(f"[red]error:[/red] {escape(str(exc))}", highlight=False, soft_wrap=True)
         sys.exit(1)
     except (KeyboardInterrupt, SystemExit, Exception) as exc:
         _exit(exc)

@@ -78,8 +78,9 @@ bench_app = typer.Typer(cls=Group, help="Performance benchmarks (kernels, layers
 app.add_typer(data_app, name="data")
 app.add_typer(bench_app, name="bench")
 
-console = Console()
-err_console = Console(stderr=True)
+# emoji=False: a user's value such as `chrono:abc` or `:smile:` is printed as typed, not as an emoji.
+console = Console(emoji=False)
+err_console = Console(stderr=True, emoji=False)
 
 DataDirOpt = Annotated[
     str | None,
