@@ -45,8 +45,21 @@ def test_a_key_given_twice_names_both_lines_but_merged_keys_may_be_given_again()
 def test_a_bad_file_is_one_error_naming_it(tmp_path):
     path = tmp_path / "s.yaml"
     path.write_text("suite: memory\nsuite: ltsf\n")
-    with pytest.raises(ConfigError, match=rf"^{path}: invalid YAML: duplicate key 'suite' \(first given on line 1\)"):
+    with pytest.raises(ConfigError, match=rf"^{path}: invalid YAML: line 2, column 1: duplicate key 'suite' \(first given on line 1\)"):
         read_yaml(path)
+
+
+def test_a_yaml_syntax_error_is_one_line_naming_the_place(tmp_path):
+    # PyYAML's own text ran over four lines and named the file `"<unicode string>"`.
+    path = tmp_path / "broken.yaml"
+    path.write_text("a: 1\n  b: [\n")
+    with pytest.raises(ConfigError) as info:
+        read_yaml(path)
+    assert str(info.value) == f"{path}: invalid YAML: line 2, column 4: mapping values are not allowed here"
+    with pytest.raises(ConfigError) as info:
+        parse_overrides(["model.nonlinearity=[red"])
+    assert str(info.value) == ("--set 'model.nonlinearity=[red': cannot read the value as YAML: while parsing a flow "
+                               "sequence; expected ',' or ']', but got '<stream end>'")
 
 
 def test_a_file_that_is_not_utf8_is_one_line_naming_the_byte(tmp_path):

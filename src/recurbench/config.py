@@ -116,6 +116,18 @@ def load_yaml_text(text: str) -> Any:
     return yaml.load(text, Loader=_Loader)  # noqa: S506 - _Loader is a SafeLoader
 
 
+def yaml_problem(exc: yaml.YAMLError, *, lines: bool = True) -> str:
+    """A YAML error in one line: where (``line L, column C``, unless ``lines`` is False: a one-line value)
+    and what, without PyYAML's ``in "<unicode string>"`` and its excerpt over three more lines."""
+    if not isinstance(exc, yaml.MarkedYAMLError):
+        return " ".join(str(exc).split())
+    what = "; ".join(" ".join(part.split()) for part in (exc.context, exc.problem) if part)
+    mark = exc.problem_mark or exc.context_mark
+    if not lines or mark is None:
+        return what
+    return f"line {mark.line + 1}, column {mark.column + 1}: {what}"
+
+
 def read_config_text(path: Path) -> str:
     """The text of the config file at ``path``; a :class:`ConfigError` in one line for a path that is
     missing, a directory or unreadable, and for bytes that are not UTF-8 (naming the first bad byte)."""
@@ -144,7 +156,7 @@ def read_yaml(path: str | os.PathLike[str]) -> dict[str, Any]:
     try:
         data = load_yaml_text(text)
     except yaml.YAMLError as exc:
-        raise ConfigError(f"{path}: invalid YAML: {exc}") from None
+        raise ConfigError(f"{path}: invalid YAML: {yaml_problem(exc)}") from None
     if not isinstance(data, Mapping):
         raise ConfigError(f"{path}: the top level must be a mapping, got {type(data).__name__}")
     return dict(data)
@@ -189,7 +201,7 @@ def parse_overrides(items: Sequence[str]) -> dict[str, Any]:
         try:
             value = load_yaml_text(text)
         except yaml.YAMLError as exc:
-            raise ConfigError(f"--set {item!r}: cannot read the value as YAML: {exc}") from None
+            raise ConfigError(f"--set {item!r}: cannot read the value as YAML: {yaml_problem(exc, lines=False)}") from None
         node = out
         for depth, part in enumerate(path[:-1]):
             child = node.setdefault(part, {})

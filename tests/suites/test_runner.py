@@ -122,7 +122,7 @@ def test_when_every_run_fails_the_parent_is_failed_too(toy):
         ("models: [good, nope]", r"profiles\.p\.models\.1: unknown model 'nope'; known: good, crash \(got 'nope'\)"),
         # PyYAML kept the last of the two silently: the run had one seed where the file said two.
         ("seeds: 2\n    models: [good]\n    seeds: 1",
-         r"invalid YAML: duplicate key 'seeds' \(first given on line 4\)\n  in .*, line 6, column 5"),
+         r"invalid YAML: line 6, column 5: duplicate key 'seeds' \(first given on line 4\)$"),
     ],
 )
 def test_bad_suite_files_are_reported_with_their_path(tmp_path, monkeypatch, profile_yaml, message):
