@@ -229,3 +229,22 @@ def test_a_failed_build_is_warned_with_the_compilers_first_error(monkeypatch):
         assert native.native_module.__wrapped__() is None
     assert native.build_failure(RuntimeError("g++: command not found")) == "g++: command not found"
     assert native.build_failure(OSError()) == "OSError"
+
+
+def test_two_checkouts_build_the_extension_under_names_of_their_own(monkeypatch, tmp_path):
+    """PyTorch rebuilds a module whose build command changed (the source's path, the environment's include
+    folders are in it): two checkouts sharing one name rebuilt it each time the other was used."""
+    import shutil
+
+    from recurbench.kernels.memattn import native
+
+    here = native.build_name()
+    assert here == native.build_name() and here.isidentifier()
+    copy = tmp_path / "other_checkout" / native.SOURCE.name
+    copy.parent.mkdir()
+    shutil.copy(native.SOURCE, copy)  # the same version's source, elsewhere
+    monkeypatch.setattr(native, "SOURCE", copy)
+    elsewhere = native.build_name()
+    assert elsewhere != here and elsewhere.rsplit("_", 1)[0] == here.rsplit("_", 1)[0]  # same CPU and source
+    monkeypatch.setattr(native.sys, "prefix", str(tmp_path / "another_venv"))
+    assert native.build_name() not in (here, elsewhere)

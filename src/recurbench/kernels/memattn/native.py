@@ -3,9 +3,11 @@
 ``torch.utils.cpp_extension.load`` builds it with the machine's C++ compiler (about a minute, once;
 then cached in PyTorch's extension directory, ``$TORCH_EXTENSIONS_DIR``, and rebuilt only when the
 source, the flags or PyTorch change). ``-march=native`` lets the compiler vectorise the per-slot loops
-for this CPU, so the build's name carries a digest of the CPU's model and flags, and one of the source:
-a cache shared by machines with different CPUs, or by two checkouts of different versions, holds one
-build per kind instead of rebuilding one module over and over (and a process loading the other's).
+for this CPU, so the build's name carries a digest of the CPU's model and flags, one of the source, and
+one of where it is built from (the source file's path, the Python environment, PyTorch's version: they
+are in the build's command, which PyTorch compares): a cache shared by machines with different CPUs, or
+by two checkouts or environments, holds one build per kind instead of rebuilding one module each time
+the other is used (and a process loading the other's). A build announces itself in one line on stderr.
 
 Where no compiler is found, the build fails, or ``RECURBENCH_NATIVE=0`` is set, :func:`native_module` returns ``None``
 and the Python loop of the same function runs instead (the same results, about 4.5x slower per step at
@@ -20,6 +22,7 @@ import hashlib
 import os
 import platform
 import shutil
+import sys
 import sysconfig
 import warnings
 from pathlib import Path
@@ -41,6 +44,30 @@ def _cpu_digest() -> str:
     return hashlib.sha256(described.encode()).hexdigest()[:10]
 
 
+def build_name() -> str:
+    """The extension's name: a digest of this CPU (:func:`_cpu_digest`), of the source's bytes, and of
+    the rest of what the build's command holds (the source's path, the Python environment, PyTorch)."""
+    import torch  # noqa: PLC0415 - the name is needed only where the module is built
+
+    source = hashlib.sha256(SOURCE.read_bytes()).hexdigest()[:10]
+    where = hashlib.sha256(f"{SOURCE.resolve()}|{sys.prefix}|{torch.__version__}".encode()).hexdigest()[:8]
+    return f"recurbench_memattn_{_cpu_digest()}_{source}_{where}"
+
+
+def _announce_build(name: str) -> None:
+    """One line on stderr where the module is not built yet (PyTorch's build folder holds no library)."""
+    from torch.utils import cpp_extension  # noqa: PLC0415 - imports setuptools; only on first use
+
+    find = getattr(cpp_extension, "_get_build_directory", None)  # private: where PyTorch builds ``name``
+    try:
+        folder = Path(find(name, False)) if find is not None else None
+    except Exception:  # noqa: BLE001 - only the announcement depends on it
+        folder = None
+    if folder is not None and not any(folder.glob(f"{name}*.so")) and not any(folder.glob(f"{name}*.pyd")):
+        print(f"recurbench: building the attentive cores' C++ step loop in {folder} (once per CPU, checkout and "
+              "environment; about a minute)", file=sys.stderr, flush=True)
+
+
 def native_enabled() -> bool:
     return os.environ.get(SWITCH, "1").strip() != "0"
 
@@ -59,9 +86,9 @@ def native_module() -> ModuleType | None:
 
         native = "-march=native" if platform.machine() in ("x86_64", "AMD64") else "-mcpu=native"
         flags = ["-O3", native, "-fopenmp-simd"]  # simd: the dot products' reductions in vector lanes
-        source = hashlib.sha256(SOURCE.read_bytes()).hexdigest()[:10]
-        return load(name=f"recurbench_memattn_{_cpu_digest()}_{source}", sources=[str(SOURCE)], extra_cflags=flags,
-                    verbose=False)
+        name = build_name()
+        _announce_build(name)
+        return load(name=name, sources=[str(SOURCE)], extra_cflags=flags, verbose=False)
     except Exception as exc:  # noqa: BLE001 - any build failure means: run the Python loop
         warnings.warn(f"recurbench: the attentive cores' C++ step loop could not be built ({build_failure(exc)}); "
                       "the Python loop runs instead (same results, slower). Install a C++ compiler if there is none, "
@@ -77,4 +104,4 @@ def build_failure(exc: Exception) -> str:
     return errors[0] if errors else lines[-1] if lines else type(exc).__name__
 
 
-__all__ = ["SOURCE", "SWITCH", "build_failure", "native_enabled", "native_module"]
+__all__ = ["SOURCE", "SWITCH", "build_failure", "build_name", "native_enabled", "native_module"]
