@@ -188,6 +188,11 @@ def test_per_model_settings_and_models_by_length(tmp_path):
     assert plans["copy-T3-exprnn-s0"].payload.training.orth_learning_rate == 2e-4
     # The LSTM-family cores log their gate start; the RNNs, which have no gates, do not.
     assert plans["copy-T3-lstm-s0"].params["network"]["gate_init"] == "pytorch" and "gate_init" not in rnn["network"]
+    # A selection that models_by_length empties says so (it said only "the selection leaves no run to do").
+    with pytest.raises(ConfigError) as info:
+        run_suite("memory", "tiny", MemoryTracker(), config_path=_write(tmp_path, profile), dry_run=True,
+                  selection={"models": ["rnn"], "lengths": [5]})
+    assert str(info.value) == "--models rnn: no run at the lengths selected: the profile's models_by_length runs at T = 5 only exprnn"
 
 
 def test_a_command_line_setting_holds_for_every_core_over_per_model(tmp_path):

@@ -517,6 +517,10 @@ class MemorySuite(SuiteDefinition):
             for seed in seeds:
                 plans.append(RunPlan(f"{tags['task']}-T{tags['T']}-{tags['model']}{memory}-s{seed}", seed, tags,
                                      params, payload=job))
+        if not plans and (narrowed := [T for T in lengths if not any(profile.runs_at(c, T) for c in models)]):
+            only = "; ".join(f"at T = {T} only {', '.join(profile.models_by_length[T])}" for T in narrowed)
+            which = f"--models {','.join(models)}" if selection.get("models") else f"models {','.join(models)}"
+            raise ConfigError(f"{which}: no run at the lengths selected: the profile's models_by_length runs {only}")
         return plans
 
     def shipped_settings(self, profile: BaseModel) -> list[tuple[dict[str, str], dict[str, str | None]]]:
