@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import math
 import pickle
+import re
 
 import pytest
 import torch
@@ -128,6 +129,16 @@ def test_bad_settings_fail_before_training(tmp_path, changes, selection, message
     with pytest.raises(ConfigError, match=message):
         run_suite("memory", "tiny", tracker, selection=selection, config_path=_write(tmp_path, TINY, **changes))
     assert tracker.runs == []  # nothing was tracked, nothing trained
+
+
+def test_a_files_key_judged_with_a_command_line_setting_names_that_setting_too(tmp_path):
+    # SAB's topk (the file's) against a memory_stride from --set: the error named the file alone.
+    with pytest.raises(ConfigError) as info:
+        run_suite("memory", "tiny", MemoryTracker(), config_path=_write(tmp_path, TINY, models=["sab"]),
+                  overrides=["model.memory_stride=4"], dry_run=True)
+    message = str(info.value)
+    assert re.match(r"^\S+/memory\.yaml: profiles\.tiny\.model\.topk: SAB selects", message)
+    assert message.endswith("(with --set model.memory_stride=4)")
 
 
 def test_a_tiny_run_learns_copy_and_logs_everything(tmp_path):

@@ -85,7 +85,10 @@ def plan_runs(definition: SuiteDefinition, cfg: Any, profile: str, config_path: 
         return plans
     except ConfigError as exc:
         source = config_path if config_path is not None else definition.suite_path()
-        raise ConfigError(in_profile_file(str(exc), cfg, source, profile, parse_overrides(overrides))) from None
+        message = in_profile_file(str(exc), cfg, source, profile, parse_overrides(overrides))
+        if overrides and message.startswith(f"{source}: "):  # a file's key, judged with what --set changed
+            message += f" (with {' '.join('--set ' + o for o in overrides)})"
+        raise ConfigError(message) from None
 
 
 def run_suite(
