@@ -351,3 +351,22 @@ def test_the_loss_figures_update_ticks_stay_apart_at_the_papers_budget():
         assert "100k" in texts and "200k" in texts and all(len(t) <= 4 for t in texts), texts
         boxes = sorted((t.get_window_extent(renderer) for t in labels), key=lambda b: b.x0)
         assert all(left.x1 < right.x0 for left, right in zip(boxes, boxes[1:], strict=False)), texts
+
+
+def test_a_layout_of_lengths_the_paper_never_ran_has_no_paper_lines(tmp_path):
+    # A quick profile's T = 10: every cell read "paper —" under a title "beside Kerg et al.'s Table 5",
+    # while a note said "the paper gives no figures for these configurations: ours only".
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    config = tmp_path / "memory.yaml"
+    profile = {**TINY, "lengths": [10], "models": ["lstm"], "seeds": 1, "kappa_sweeps": [],
+               "training": {**TINY["training"], "updates": 2}}
+    config.write_text(yaml.safe_dump({"suite": "memory", "profiles": {"tiny": profile}}))
+    torch.set_num_threads(1)
+    tracker = MlflowTracker(uri)
+    tracker.client.create_experiment(experiment_name("memory"), artifact_location=(tmp_path / "artifacts").as_uri())
+    assert not runner.run_suite("memory", "tiny", tracker, config_path=config).failed
+    comp = compare("memory", tracking_uri=uri)
+    ((title, table),) = comp.tables
+    assert title.endswith("in Table 5's layout") and list(table.columns) == ["T", "LSTM"]
+    assert "paper" not in table.iloc[0]["LSTM"]
+    assert "the paper gives no figures for these configurations: ours only" in comp.notes

@@ -105,9 +105,11 @@ def memory_complete(comp: Comparison, reference: str, frame: pd.DataFrame | None
         at_settings = comp.unresolved[comp.unresolved["settings"] == ""]
         for task in _order([*frame["task"], *at_settings["task"].dropna()], TASK_ORDER):
             unfinished, ours = at_settings[at_settings["task"] == task], frame[frame["task"] == task]
-            table, chosen, waiting = table5_layout(ours, with_paper=reference == "paper" and task == "copy",
-                                                   unfinished=unfinished)
-            what = "beside Kerg et al.'s Table 5" if reference == "paper" and task == "copy" else "in Table 5's layout"
+            # The paper's cells only where it has a row for one of our T (a quick profile's T = 10: none).
+            lengths = set(pd.to_numeric(pd.concat([ours["T"], unfinished["T"]]), errors="coerce").dropna().astype(int))
+            with_paper = reference == "paper" and task == "copy" and bool(lengths & set(kerg_table5_reference()["T"]))
+            table, chosen, waiting = table5_layout(ours, with_paper=with_paper, unfinished=unfinished)
+            what = "beside Kerg et al.'s Table 5" if with_paper else "in Table 5's layout"
             comp.tables.append((f"{task}: held-out accuracy per model and T, with the updates behind it, {what}", table))
             if waiting:
                 comp.notes.append(f"{task}, Table 5's layout: a cell that no run finished shows the last held-out "
