@@ -413,7 +413,7 @@ def test_a_configuration_is_shown_at_its_shipped_settings_before_newer_probes(tm
     # No run of informer has today's settings: its newest run stands, and a note says so.
     assert cell(shipped, "mse", model="informer")["mean"] == pytest.approx(0.70)
     assert ("1 configuration(s) have no finished run at the settings their profile ships now, so they are shown "
-            "at their newest run's settings: ETTh1/24/informer") in shipped.notes
+            "at their newest run's settings: ETTh1/24/informer (network.d_ff 4096 (shipped: 128))") in shipped.notes
     newest = compare("ltsf", tracking_uri=uri, settings="newest")
     c = cell(newest, "mse", model="rsa_xl")
     assert (c["mean"], c["n"]) == (pytest.approx(0.90), 1)

@@ -390,7 +390,9 @@ class _SettingsChoice:
             config = self.config_of(r)
             if self.chosen[config][1] == "newest" and table.has(r):
                 self.chosen[config] = (r, "shipped")
-        unshipped = ["/".join(map(str, c)) for c, (r, how) in self.chosen.items() if how == "newest" and table.known(r)]
+        # Each with how its run differs: a --set probe standing in a cell must say what it changed.
+        unshipped = ["/".join(map(str, c)) + (f" ({why})" if (why := table.differs(r)) else "")
+                     for c, (r, how) in self.chosen.items() if how == "newest" and table.known(r)]
         if unshipped:
             notes.append(
                 f"{len(unshipped)} configuration(s) have no finished run at the settings their profile ships now, "
