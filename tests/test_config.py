@@ -12,8 +12,10 @@ from recurbench.suites.registry import SUITES, load_profile
 
 @pytest.mark.parametrize(
     ("text", "value"),
-    [("1e-3", 0.001), ("2E5", 200000.0), ("-1e+2", -100.0), ("1.5e3", 1500.0), (".5e-1", 0.05), ("3", 3),
-     ("0.5", 0.5), ("'1e-3'", "1e-3"), ("1e", "1e"), ("e5", "e5"), ("1_000", 1000)],
+    # A whole number in exponent form (no point, no negative exponent) is an int: `training.updates=2e5`.
+    [("1e-3", 0.001), ("2E5", 200000), ("-1e+2", -100), ("1.5e3", 1500.0), (".5e-1", 0.05), ("3", 3),
+     ("0.5", 0.5), ("'1e-3'", "1e-3"), ("1e", "1e"), ("e5", "e5"), ("1_000", 1000), ("1e30", 10**30),
+     ("2.0e5", 200000.0), ("5e0", 5)],
 )
 def test_a_number_in_exponent_form_is_a_number(text, value):
     # YAML 1.1 (PyYAML) reads 1e-3 as the string '1e-3': a profile's `learning_rate: 1e-3` was refused
@@ -21,6 +23,11 @@ def test_a_number_in_exponent_form_is_a_number(text, value):
     got = load_yaml_text(f"v: {text}")["v"]
     assert got == value and type(got) is type(value)
     assert parse_overrides([f"v={text}"])["v"] == value
+
+
+def test_a_count_in_exponent_form_is_taken_and_a_rate_stays_a_float():
+    _, profile = load_profile("memory", "table5", overrides=["training.updates=2e5", "training.learning_rate=1e0"])
+    assert profile.training.updates == 200000 and type(profile.training.learning_rate) is float
 
 
 def test_a_suite_file_may_write_a_rate_in_exponent_form(tmp_path):

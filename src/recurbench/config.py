@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Mapping, Sequence
+from decimal import Decimal
 from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
@@ -84,7 +85,9 @@ def validate(model: type[M], data: Any, source: str, prefix: str = "") -> M:
 
 class _Loader(yaml.SafeLoader):
     """YAML as a person writes it: a number in exponent form (``1e-3``, ``1.5e3``: strings to YAML 1.1)
-    is a float, as in YAML 1.2; a key given twice in one mapping is an error naming
+    is a float, as in YAML 1.2, except a whole number written so (``2e5``, no point, no negative
+    exponent), which is an int, so that ``training.updates=2e5`` is a count (a float setting takes
+    it all the same); a key given twice in one mapping is an error naming
     both lines (PyYAML keeps the last silently). Keys merged in with ``<<:`` may be given again: that is
     how a profile changes what it merges."""
 
@@ -106,7 +109,11 @@ class _Loader(yaml.SafeLoader):
         return super().construct_mapping(node, deep=deep)  # type: ignore[arg-type]
 
 
-_Loader.add_implicit_resolver(
+_WHOLE_EXPONENT = "tag:recurbench,2026:whole-exponent"
+_Loader.add_implicit_resolver(_WHOLE_EXPONENT, re.compile(r"^[-+]?[0-9][0-9_]*[eE]\+?[0-9]+$"), list("-+0123456789"))
+_Loader.add_constructor(
+    _WHOLE_EXPONENT, lambda loader, node: int(Decimal(loader.construct_scalar(node).replace("_", ""))))
+_Loader.add_implicit_resolver(  # after the whole numbers: resolvers are tried in the order added
     "tag:yaml.org,2002:float", re.compile(r"^[-+]?(?:[0-9][0-9_]*(?:\.[0-9_]*)?|\.[0-9_]+)[eE][-+]?[0-9]+$"),
     list("-+.0123456789"))
 

@@ -26,12 +26,14 @@ MEMORY_S9 = EnvPair("MemoryS9", "MiniGrid-MemoryS7-v0", "MiniGrid-MemoryS9-v0")
     [
         # Each of these failed inside trial 0 with a traceback, leaving both stores with a FAILED trial and runs.
         ({"overrides": ("ppo.batch_size=7",)},
-         r"minigrid\.yaml: profiles\.quick\.ppo: n_steps \(64\) and batch_size \(7\) must be multiples of seq_len \(16\)$"),
+         r"minigrid\.yaml: profiles\.quick\.ppo: n_steps \(64\) and batch_size \(7\) must be multiples of seq_len \(16\) "
+         r"\(with --set ppo\.batch_size=7\)$"),
         ({"model": "sab"}, r"^--model: memory core 'sab' cannot drive an agent: "),
         # Valid for run at seq_len 12, but no BPTT length tune tries (8, 16, 32) divides 12.
         ({"overrides": ("ppo.n_steps=12", "ppo.batch_size=12", "ppo.seq_len=12")},
          r"minigrid\.yaml: profiles\.quick\.ppo: n_steps \(12\) and batch_size \(12\) must be multiples of one of the "
-         r"BPTT lengths tune tries for rellstm \(8, 16, 32\)$"),
+         r"BPTT lengths tune tries for rellstm \(8, 16, 32\) \(with --set ppo\.n_steps=12 --set ppo\.batch_size=12 "
+         r"--set ppo\.seq_len=12\)$"),
         ({"env": "MiniGrid-MemoryS7-v0:MiniGrid-MemoryS99-v0"},
          r"^--env 'MiniGrid-MemoryS7-v0:MiniGrid-MemoryS99-v0' \(test\): unknown environment id 'MiniGrid-MemoryS99-v0'"),
         # Numpy's "Seed must be between 0 and 2**32 - 1" traceback, after the study was created.
