@@ -370,3 +370,13 @@ def test_a_layout_of_lengths_the_paper_never_ran_has_no_paper_lines(tmp_path):
     assert title.endswith("in Table 5's layout") and list(table.columns) == ["T", "LSTM"]
     assert "paper" not in table.iloc[0]["LSTM"]
     assert "the paper gives no figures for these configurations: ours only" in comp.notes
+
+
+def test_memlstm_is_named_as_the_paper_writes_it():
+    from recurbench.reporting.memory import table5_layout
+
+    frame = pd.DataFrame([{"T": 100, "model": "memlstm", "nu": "30", "rho": "0", "accuracy": 0.5, "updates": 10.0,
+                           "solved_at": math.nan}])
+    table, _, _ = table5_layout(frame, with_paper=False)
+    assert list(table.columns) == ["T", "MemLSTM"]  # it read `memlstm` beside MemRNN and RelLSTM
+    assert _label({"model": "memlstm", "nu": "30", "rho": "0"}).startswith("memlstm (MemLSTM")

@@ -43,6 +43,8 @@ from recurbench.suites.memory import CORE_SETTINGS, budget_text
 METRICS = ("accuracy", "train_accuracy")
 """The main table's metrics; ``updates`` and ``solved_at`` make each Table 5 cell's budget."""
 CORE_ORDER = (*KERG_TABLE5_COLUMNS, "memlstm")
+SHOWN_NAMES = {**KERG_TABLE5_COLUMNS, "memlstm": "MemLSTM"}
+"""Each built-in core as the paper writes it: Table 5's columns, and MemLSTM (Table 4 and App. B)."""
 TASK_ORDER = ("copy", "denoise")
 #: A colour and a line style per core, so that the eight stay apart in one panel: the LSTM family
 #: solid, the RNN family dashed, SAB dotted.
@@ -174,7 +176,7 @@ def table5_layout(frame: pd.DataFrame, *, with_paper: bool, unfinished: pd.DataF
         runs = frame[frame["model"] == model]
         reach = runs.groupby("_setting")["T"].nunique().to_dict()
         size = runs.groupby("_setting").size().to_dict()
-        name = KERG_TABLE5_COLUMNS.get(model, model)
+        name = SHOWN_NAMES.get(model, model)
         column = []
         for T in lengths:
             here = runs[runs["T"] == T]
@@ -215,7 +217,7 @@ def _label(tags: Mapping[str, str]) -> str:
     """The core first (it picks the line's style), then Table 5's name where it differs (orth-RNN) and
     a relevancy-screened core's nu and rho."""
     core = tags.get("model", "?")
-    extra = [name] if (name := KERG_TABLE5_COLUMNS.get(core, core)).lower() != core else []
+    extra = [name] if (name := SHOWN_NAMES.get(core, core)).lower() != core else []
     if "nu" in CORE_SETTINGS.get(core, ()):
         extra.append(f"ν={tags.get('nu')}, ρ={tags.get('rho')}")
     return f"{core} ({', '.join(extra)})" if extra else core
