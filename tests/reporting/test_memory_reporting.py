@@ -379,4 +379,3 @@ def test_memlstm_is_named_as_the_paper_writes_it():
                            "solved_at": math.nan}])
     table, _, _ = table5_layout(frame, with_paper=False)
     assert list(table.columns) == ["T", "MemLSTM"]  # it read `memlstm` beside MemRNN and RelLSTM
-    assert _label({"model": "memlstm", "nu": "30", "rho": "0"}).startswith("memlstm (MemLSTM")
