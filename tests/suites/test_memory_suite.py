@@ -139,6 +139,12 @@ def test_a_files_key_judged_with_a_command_line_setting_names_that_setting_too(t
     message = str(info.value)
     assert re.match(r"^\S+/memory\.yaml: profiles\.tiny\.model\.topk: SAB selects", message)
     assert message.endswith("(with --set model.memory_stride=4)")
+    # A task setting the task refuses names its key (it read "task 'copy' at T=3: labels: ...").
+    with pytest.raises(ConfigError) as info:
+        run_suite("memory", "tiny", MemoryTracker(), config_path=_write(tmp_path, TINY), overrides=["task.labels=1"],
+                  dry_run=True)
+    assert str(info.value) == ("--set task.labels=1: the copy task needs an integer of at least 2 (with one symbol "
+                               "there is nothing to remember), got 1 (copy at T = 3)")
 
 
 def test_a_tiny_run_learns_copy_and_logs_everything(tmp_path):

@@ -391,8 +391,13 @@ def _configuration(profile: MemoryProfile, task_name: str, T: int, network: Sequ
                    study: str, sweeps: Sequence[str]) -> tuple[dict[str, str], dict[str, Any], MemoryJob]:
     """One configuration's tags, logged params (the seed aside) and job; checks the task layout and
     the network at this T."""
-    task = make_task(task_name, T, copy_length=profile.task.copy_length, labels=profile.task.labels,
-                     where=f"task {task_name!r} at T={T}")
+    try:
+        task = make_task(task_name, T, copy_length=profile.task.copy_length, labels=profile.task.labels)
+    except ConfigError as exc:  # the profile's task.<key> (named in its file, or as the --set that gave it)
+        key, sep, rest = str(exc).partition(": ")
+        if sep and key in ("copy_length", "labels"):
+            raise ConfigError(f"task.{key}: {rest} ({task_name} at T = {T})") from None
+        raise ConfigError(f"task {task_name!r} at T={T}: {exc}") from None
     _check_network(profile, network, task)
     training = _training(profile, network.core, task_name)
     nu, rho = _memory_tags(network, task.seq_len)
