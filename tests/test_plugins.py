@@ -18,7 +18,7 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-from recurbench import plugins
+from recurbench import engine, plugins
 from recurbench.agents.cores import CORES, LSTMCore, make_core
 from recurbench.cli import app
 from recurbench.engine import _in_task
@@ -136,6 +136,7 @@ def test_a_ray_task_does_not_print_again_the_lines_its_driver_printed(tmp_path, 
     said = left_out_lines()
     assert capsys.readouterr().err.count(" left out: ") == 1
     threads = torch.get_num_threads()
+    monkeypatch.setattr(engine, "tune_allocator", lambda: False)  # a worker's allocator, not this process's
 
     def in_a_fresh_worker(told: list[str]) -> str | None:
         CORES.reload()
