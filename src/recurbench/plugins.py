@@ -175,7 +175,6 @@ class PluginRegistry(MutableMapping[str, T], Generic[T]):
         self._sources: dict[str, PluginSource] = {}
         self.problems: list[str] = []
         """One line per plugin left out (failed to import, clashing name, not the kind's contract)."""
-        self._left_out: dict[str, str] = {}
         self.refused: list[tuple[str, str, str]] = []
         """Each plugin left out as (its name, its package, why), in :attr:`problems`' order."""
 
@@ -216,16 +215,16 @@ class PluginRegistry(MutableMapping[str, T], Generic[T]):
                 f"{self.group}, package {_package(ep)!r}) left out: {why}")
         self.problems.append(line)
         self.refused.append((ep.name, _package(ep), why))
-        if ep.name not in self._builtins:  # a clash with a built-in leaves the name known
-            self._left_out[ep.name] = f"package {_package(ep)!r}: {why}"
         if line not in _SAID_BY_DRIVER:
             print(line, file=sys.stderr)
-        _SAID.append(line)
 
     def left_out(self, name: str) -> str | None:
         """Why an installed plugin of this name was left out (its package and the reason); None if none was."""
         self._loaded()
-        return self._left_out.get(name)
+        if name in self._builtins:  # a clash with a built-in leaves the name known
+            return None
+        return next((f"package {package!r}: {why}" for left, package, why in reversed(self.refused) if left == name),
+                    None)
 
     def _quick_path(self, name: str) -> T:
         entries = self._loaded()
@@ -290,7 +289,7 @@ class PluginRegistry(MutableMapping[str, T], Generic[T]):
 
     def reload(self) -> None:
         """Forget the loaded plugins: the next read looks the group up again (after an install)."""
-        self._entries, self._sources, self.problems, self._left_out, self.refused = None, {}, [], {}, []
+        self._entries, self._sources, self.problems, self.refused = None, {}, [], []
 
     # -- a plugin's own settings -------------------------------------------------------------------
     def _subject(self, name: str) -> str:
@@ -501,9 +500,6 @@ def names_a_plugin(value: object) -> bool:
     return isinstance(value, str) and any(registry.is_plugin(value) for registry in _REGISTRIES)
 
 
-_SAID: list[str] = []
-"""Every left-out line this process's registries have found (and printed, but those in
-:data:`_SAID_BY_DRIVER`), in order."""
 _SAID_BY_DRIVER: set[str] = set()
 """In a Ray task: the left-out lines its driver printed already, which the task's own loading keeps
 off stderr (every task is a fresh worker that loads the plugins again; the driver's user saw them once).
@@ -511,8 +507,9 @@ A line the driver did not print (a worker machine whose plugin fails otherwise) 
 
 
 def left_out_lines() -> list[str]:
-    """The left-out lines this process has found so far, each once (what a Ray task is told was said)."""
-    return list(dict.fromkeys(_SAID))
+    """The left-out lines this process's registries have found so far, each once (what a Ray task is told
+    was said)."""
+    return list(dict.fromkeys(line for registry in _REGISTRIES for line in registry.problems))
 
 
 def said_by_driver(lines: Collection[str]) -> None:

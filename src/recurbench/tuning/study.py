@@ -608,7 +608,7 @@ axes' labels run into each other. It then draws the most important ones, in orde
 
 def _parallel_coordinate(plot: Callable[..., Any], study: optuna.Study) -> Any:
     """Optuna's parallel-coordinate figure over at most :data:`PARALLEL_PARAMS` parameters (the most
-    important, by Optuna's default evaluator; the first by name where importances cannot be had), as wide
+    important, by :func:`_importances`; the first by name where importances cannot be had), as wide
     as its axes need."""
     params = sorted({name for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)) for name in t.params})
     shown, chosen = params, ""
