@@ -154,7 +154,7 @@ class SuiteDefinition(ABC):
         except ConfigError as exc:
             if not overrides:
                 raise
-            raise ConfigError(f"{exc} (with {' '.join('--set ' + o for o in overrides)})") from None
+            raise ConfigError(f"{exc} {with_overrides(overrides)}") from None
         return self.with_command_line(validated, command_line)
 
     def with_command_line(self, profile: BaseModel, command_line: Mapping[str, Any]) -> BaseModel:
@@ -222,6 +222,11 @@ class SuiteDefinition(ABC):
             for o in outcomes
         ]
         return ["run", "status", *keys], rows
+
+
+def with_overrides(overrides: Sequence[str]) -> str:
+    """``(with --set a=1 --set b=2)``: what an error about the profile was judged with."""
+    return f"(with {' '.join('--set ' + o for o in overrides)})"
 
 
 def in_profile_file(message: str, profile: BaseModel, source: str | os.PathLike[str], name: str,

@@ -55,6 +55,7 @@ from recurbench.suites.base import (
     SuiteDefinition,
     SuiteResult,
     in_profile_file,
+    with_overrides,
 )
 from recurbench.suites.checkpoints import RESUMABLE_STATUSES, Checkpoint, find_checkpoint
 from recurbench.suites.registry import SUITES, load_profile
@@ -87,7 +88,7 @@ def plan_runs(definition: SuiteDefinition, cfg: Any, profile: str, config_path: 
         source = config_path if config_path is not None else definition.suite_path()
         message = in_profile_file(str(exc), cfg, source, profile, parse_overrides(overrides))
         if overrides and message.startswith(f"{source}: "):  # a file's key, judged with what --set changed
-            message += f" (with {' '.join('--set ' + o for o in overrides)})"
+            message += f" {with_overrides(overrides)}"
         raise ConfigError(message) from None
 
 
