@@ -242,6 +242,39 @@ def test_a_command_line_setting_holds_for_every_core_over_per_model(tmp_path):
 @pytest.mark.parametrize(
     ("profile_changes", "overrides", "message"),
     [
+        # Accepted, and no run changed: the LSTM has no nonlinearity, and nu is a screened core's.
+        ({}, ["model.nonlinearity=relu"],
+         "--set model.nonlinearity=relu: none of the cores selected (lstm) reads it, so it would change no run; "
+         "rnn, exprnn, memrnn, relrnn do"),
+        ({"models": ["lstm", "rnn"]}, ["model.nu=3"],
+         "--set model.nu=3: none of the cores selected (lstm, rnn) reads it, so it would change no run; "
+         "rellstm, relrnn do"),
+        ({"models": ["lstm", "rnn"]}, ["per_model.rnn.model.gate_init=xavier"],
+         "--set per_model.rnn.model.gate_init=xavier: the 'rnn' core does not read it; lstm, memlstm, rellstm, sab do"),
+        # A file's per_model block, for a core not even selected.
+        ({"per_model": {"sab": {"tasks": {"copy": {"model": {"nu": 4}}}}}}, [],
+         "{file}: profiles.tiny.per_model.sab.tasks.copy.model.nu: the 'sab' core does not read it; rellstm, relrnn do"),
+    ],
+)
+def test_a_model_setting_no_core_reads_is_refused(tmp_path, profile_changes, overrides, message):
+    tracker = MemoryTracker()
+    path = _write(tmp_path, TINY, **profile_changes)
+    with pytest.raises(ConfigError) as info:
+        run_suite("memory", "tiny", tracker, config_path=path, overrides=overrides)
+    assert str(info.value) == message.format(file=path)
+    assert tracker.runs == []
+
+
+def test_a_model_setting_one_selected_core_reads_is_taken(tmp_path):
+    result = run_suite("memory", "tiny", MemoryTracker(), config_path=_write(tmp_path, TINY, models=["lstm", "rellstm"]),
+                       overrides=["model.nu=2"], dry_run=True)
+    plans = {o.plan.tags["model"]: o.plan for o in result.outcomes}
+    assert plans["rellstm"].payload.network.nu == 2 and "nu" not in plans["lstm"].params["network"]
+
+
+@pytest.mark.parametrize(
+    ("profile_changes", "overrides", "message"),
+    [
         # Refused for the LSTM but let through for an RNN core, whose per_model key shadowed it.
         ({"models": ["rnn"], "per_model": {"rnn": {"model": {"nonlinearity": "modrelu"}}}}, ["model.nonlinearity=sigmoid"],
          r"^--set model\.nonlinearity=sigmoid: unknown non-linearity 'sigmoid'; known: .* \(copy at T = 3, model 'rnn'\)$"),

@@ -348,6 +348,29 @@ def _used(core: str) -> set[str]:
     return {"hidden_size", "embedding_dim", *CORE_SETTINGS[core], *(_RNN_SETTINGS if core in RNN_FAMILY else ())}
 
 
+def _check_read(profile: MemoryProfile, models: Sequence[str]) -> None:
+    """Refuse a ``model`` setting that would change no run: one the command line gives that none of the
+    cores selected reads (``--set model.nonlinearity=relu`` with only the LSTM), or one a ``per_model``
+    block sets for a core that does not read it (:data:`CORE_SETTINGS`). The error names the key and
+    the cores that read it."""
+
+    def readers(key: str) -> str:
+        cores = [c for c in CORES if key in _used(c)]
+        return f"{', '.join(cores)} {'does' if len(cores) == 1 else 'do'}"
+
+    for key in profile._command_line.get("model", {}):
+        if not any(key in _used(core) for core in models):
+            raise ConfigError(f"model.{key}: none of the cores selected ({', '.join(models)}) reads it, so it "
+                              f"would change no run; {readers(key)}")
+    for core, own in profile.per_model.items():
+        blocks = [(f"per_model.{core}.model", own.model),
+                  *((f"per_model.{core}.tasks.{task}.model", block.model) for task, block in own.tasks.items())]
+        for where, block in blocks:
+            for key in block.model_dump(exclude_unset=True):
+                if key not in _used(core):
+                    raise ConfigError(f"{where}.{key}: the {core!r} core does not read it; {readers(key)}")
+
+
 def _network_params(network: SequenceModelConfig) -> dict[str, Any]:
     """The settings of ``network`` that its core uses (:data:`CORE_SETTINGS`)."""
     used = _used(network.core)
@@ -522,6 +545,7 @@ class MemorySuite(SuiteDefinition):
             for seed in seeds:
                 plans.append(RunPlan(f"{tags['task']}-T{tags['T']}-{tags['model']}{memory}-s{seed}", seed, tags,
                                      params, payload=job))
+        _check_read(profile, models)  # after the values' own checks: an unknown value is named as such first
         if not plans and (narrowed := [T for T in lengths if not any(profile.runs_at(c, T) for c in models)]):
             only = "; ".join(f"at T = {T} only {', '.join(profile.models_by_length[T])}" for T in narrowed)
             which = f"--models {','.join(models)}" if selection.get("models") else f"models {','.join(models)}"
