@@ -102,5 +102,4 @@ def test_a_value_that_fits_no_member_of_a_union_is_one_line():
     with pytest.raises(ConfigError) as info:
         load_profile("minigrid", "quick", overrides=["core.memory_window=0"])
     assert str(info.value) == (
-        f"{SUITES['minigrid']().suite_path()}: profiles.quick.core.memory_window: Input should be greater than or "
-        "equal to 1 or input should be 'episode' (got 0) (with --set core.memory_window=0)")
+        "--set core.memory_window=0: Input should be greater than or equal to 1 or input should be 'episode' (got 0)")

@@ -154,7 +154,7 @@ class SuiteDefinition(ABC):
         except ConfigError as exc:
             if not overrides:
                 raise
-            raise ConfigError(f"{exc} {with_overrides(overrides)}") from None
+            raise ConfigError(_blame_command_line(str(exc), f"{source}: profiles.{profile}.", overrides)) from None
         return self.with_command_line(validated, command_line)
 
     def with_command_line(self, profile: BaseModel, command_line: Mapping[str, Any]) -> BaseModel:
@@ -230,23 +230,46 @@ def with_overrides(overrides: Sequence[str]) -> str:
 
 
 def in_profile_file(message: str, profile: BaseModel, source: str | os.PathLike[str], name: str,
-                    command_line: Mapping[str, Any] | None = None) -> str:
+                    overrides: Sequence[str] = ()) -> str:
     """A plan's error about a key of the profile (``per_model.rnn.model.nonlinearity: ...``) as a schema
-    error reads: ``<file>: profiles.<name>.<key>: ...``, or ``--set <key>=<value>: ...`` where the command
-    line set that key (``command_line``: :func:`~recurbench.config.parse_overrides`' mapping); any other
-    message (about ``--lengths``, a dataset) as it is."""
+    error reads: ``<file>: profiles.<name>.<key>: ...``, or ``--set <item>: ...`` where one of the
+    ``--set`` items ``overrides`` gave that key (:func:`_set_item`); any other message (about
+    ``--lengths``, a dataset) as it is."""
     head, sep, rest = message.partition(": ")
     if not sep or " " in head or head.split(".", 1)[0] not in type(profile).model_fields:
         return message
-    given: Any = command_line or {}
-    for part in head.split("."):
-        given = given.get(part, _NOT_GIVEN) if isinstance(given, Mapping) else _NOT_GIVEN
-    if given is not _NOT_GIVEN and not isinstance(given, Mapping):
-        return f"--set {head}={given}: {rest}"
+    if (item := _set_item(head, overrides)) is not None:
+        return f"{item}: {rest}"
     return f"{source}: profiles.{name}.{message}"
 
 
-_NOT_GIVEN = object()
+def _set_item(key: str, overrides: Sequence[str]) -> str | None:
+    """The ``--set`` item of ``overrides`` that gave the dotted ``key``, as typed: ``--set
+    training.epochs=0`` for ``training.epochs``, followed by the key within it where the item gave a
+    whole list or mapping (``--set models=[lstm,nosuch]: models.1``); None where none did (the last
+    item that did, where several)."""
+    given = [item for item in overrides if key == (k := item.partition("=")[0].strip()) or key.startswith(f"{k}.")]
+    if not given:
+        return None
+    item = given[-1]
+    return f"--set {item}" + ("" if item.partition("=")[0].strip() == key else f": {key}")
+
+
+def _blame_command_line(message: str, prefix: str, overrides: Sequence[str]) -> str:
+    """A schema error of a profile loaded with ``--set`` items (``message``: a line per key, each
+    ``<prefix><key>: ...``, ``prefix`` = ``<file>: profiles.<name>.``), each line about a key that a
+    ``--set`` item gave named as that item (``--set training.epoch=1: unknown key (got 1)``: it named
+    the shipped file); the others as they are, the whole then followed by the ``--set`` items it was
+    judged with."""
+    lines = []
+    for line in message.splitlines():
+        key, sep, rest = line.removeprefix(prefix).partition(": ")
+        item = _set_item(key, overrides) if line.startswith(prefix) and sep else None
+        lines.append(line if item is None else f"{item}: {rest}")
+    text = "\n".join(lines)
+    return text if all(line.startswith("--set ") for line in lines) else f"{text} {with_overrides(overrides)}"
+
+
 
 
 def selected_names(

@@ -385,11 +385,12 @@ class LTSFSuite(SuiteDefinition):
             horizons = chosen_horizons or profile.horizons.get(dataset)
             if not horizons:
                 raise ConfigError(f"horizons.{dataset}: no horizons given for dataset {dataset!r}")
-            for horizon in horizons:
+            for i, horizon in enumerate(horizons):
                 table = profile.windows.get(dataset, {})
-                if horizon not in table:
+                if horizon not in table:  # --horizons' choice, or the profile's horizons without their windows
+                    where = f"--horizons.{i}" if chosen_horizons else f"windows.{dataset}.{horizon}"
                     raise ConfigError(
-                        f"windows.{dataset}.{horizon}: no settings for horizon {horizon} of {dataset}; "
+                        f"{where}: no settings for horizon {horizon} of {dataset} in the profile's windows; "
                         f"known horizons: {', '.join(map(str, sorted(table))) or 'none'}"
                     )
                 setting = table[horizon]

@@ -42,7 +42,6 @@ from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from typing import Any
 
-from recurbench.config import parse_overrides
 from recurbench.devices import describe_device
 from recurbench.engine import EngineSpec, Session, check_device, open_session, task_device
 from recurbench.errors import ConfigError, RecurbenchError
@@ -86,7 +85,7 @@ def plan_runs(definition: SuiteDefinition, cfg: Any, profile: str, config_path: 
         return plans
     except ConfigError as exc:
         source = config_path if config_path is not None else definition.suite_path()
-        message = in_profile_file(str(exc), cfg, source, profile, parse_overrides(overrides))
+        message = in_profile_file(str(exc), cfg, source, profile, overrides)
         if overrides and message.startswith(f"{source}: "):  # a file's key, judged with what --set changed
             message += f" {with_overrides(overrides)}"
         raise ConfigError(message) from None
