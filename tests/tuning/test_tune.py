@@ -55,6 +55,26 @@ def test_a_bad_tune_minigrid_request_is_refused_before_any_store_or_trial(tmp_pa
     assert list(tmp_path.iterdir()) == []
 
 
+
+@pytest.mark.parametrize(
+    ("request_fields", "message"),
+    [
+        # Said "unknown suite 'langs' for tune" of a suite run knows.
+        ({"suite": "langs", "model": "rsa_i"}, r"^tune has no search space for suite 'langs'; tune tunes ltsf and minigrid$"),
+        ({"suite": "nope", "model": "rsa_i"}, r"^unknown suite 'nope'; tune tunes ltsf and minigrid$"),
+        # Said "REM heads can only be tuned for RSA models" of a model that does not exist.
+        ({"suite": "ltsf", "model": "nosuch", "dataset": "ETTh1", "horizon": 24},
+         r"^--model: unknown model 'nosuch'; known: informer, rsa_informer, .*; tune tunes the RSA ones \(rsa_informer, "),
+        ({"suite": "ltsf", "model": "informer", "dataset": "ETTh1", "horizon": 24},
+         r"^--model 'informer': REM heads can only be tuned for RSA models \(rsa_informer, "),
+    ],
+)
+def test_a_suite_or_model_tune_cannot_tune_is_named_for_what_it_is(tmp_path, request_fields, message):
+    with pytest.raises(RecurbenchError, match=message):
+        tune(TuneRequest(trials=1, storage=f"sqlite:///{tmp_path}/optuna.db", **request_fields),
+             MlflowTracker(f"sqlite:///{tmp_path}/mlflow.db"), EngineSpec())
+    assert list(tmp_path.iterdir()) == []
+
 def _with_pairs(tmp_path):
     """The shipped minigrid file with the pair MemoryS9 in its quick profile (``--config``)."""
     doc = yaml.safe_load(suite_file("minigrid").read_text())

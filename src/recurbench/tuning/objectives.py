@@ -26,7 +26,7 @@ import yaml
 from stable_baselines3.common.callbacks import BaseCallback
 
 from recurbench.agents.training import evaluate, make_agent
-from recurbench.config import deep_merge, parse_overrides, read_yaml
+from recurbench.config import deep_merge, parse_overrides, read_yaml, unknown_name
 from recurbench.data import prepare
 from recurbench.envs import ENV_PAIRS
 from recurbench.envs.minigrid import env_max_steps
@@ -70,8 +70,11 @@ class LTSFObjective(Objective):
 
     @cached_property
     def job(self) -> Any:
-        if self.model not in ARCHITECTURES or not ARCHITECTURES[self.model].rsa:
-            rsa = [name for name, arch in ARCHITECTURES.items() if arch.rsa]
+        rsa = [name for name, arch in ARCHITECTURES.items() if arch.rsa]
+        if self.model not in ARCHITECTURES:
+            raise ConfigError(f"--model: {unknown_name('model', self.model, ARCHITECTURES)}; tune tunes the RSA "
+                              f"ones ({', '.join(rsa)})")
+        if not ARCHITECTURES[self.model].rsa:
             raise ConfigError(f"--model {self.model!r}: REM heads can only be tuned for RSA models ({', '.join(rsa)})")
         selection = {"datasets": [self.dataset], "horizons": [str(self.horizon)], "models": [self.model]}
         return plan_target(self, selection, data_dir=self.data_dir).payload

@@ -63,7 +63,9 @@ def make_objective(request: TuneRequest, engine: EngineSpec) -> tuple[LTSFObject
     """The suite's objective for ``request`` (validated: its suite job is resolved here, before any
     worker starts) and the tags naming its target (dataset and horizon, or env)."""
     if request.suite not in TUNABLE_SUITES:
-        raise RecurbenchError(f"unknown suite {request.suite!r} for tune; choose ltsf or minigrid")
+        which = (f"tune has no search space for suite {request.suite!r}" if request.suite in SUITES  # langs, memory
+                 else f"unknown suite {request.suite!r}")
+        raise RecurbenchError(f"{which}; tune tunes {' and '.join(TUNABLE_SUITES)}")
     check_suite_options(request)
     check_device(engine, request.device)
     # Under Ray, a task given GPUs trains on the one Ray assigned (recurbench.engine.task_device).
