@@ -594,3 +594,20 @@ def test_the_parallel_coordinate_figure_of_many_parameters_draws_the_most_import
     ax = _parallel_coordinate(recording, few)
     assert drawn[1] == ["x", "y"] and ax.get_title() == "Parallel Coordinate Plot"
     plt.close(ax.figure)
+
+    # Parameters only some trials have (an RSA study's dilations) are never ranked by fANOVA: the figure
+    # drew the 3 ranked ones and called them "the 3 most important of 7". It fills its axes with them.
+    def conditional(trial):
+        value = 10 * trial.suggest_float("big_a", 0, 1) + sum(1e-3 * trial.suggest_float(f"small_{i}", 0, 1) for i in range(2))
+        if trial.suggest_categorical("dilated", [0, 1]):
+            value += sum(trial.suggest_float(f"dilation_{i}", 0, 1) for i in range(3))
+        return value
+
+    mixed = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=0))
+    mixed.optimize(conditional, n_trials=30)
+    ax = _parallel_coordinate(recording, mixed)
+    assert len(drawn[2]) == PARALLEL_PARAMS and set(drawn[2][:4]) == {"big_a", "small_0", "small_1", "dilated"}
+    assert drawn[2][4:] == ["dilation_0"]
+    assert ax.get_title() == ("Parallel coordinates: the 4 most important of 7 parameters\n"
+                              "and 1 not every trial has (not ranked)")
+    plt.close(ax.figure)

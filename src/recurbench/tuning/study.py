@@ -607,21 +607,33 @@ axes' labels run into each other. It then draws the most important ones, in orde
 
 
 def _parallel_coordinate(plot: Callable[..., Any], study: optuna.Study) -> Any:
-    """Optuna's parallel-coordinate figure over at most :data:`PARALLEL_PARAMS` parameters (the most
-    important, by :func:`_importances`; the first by name where importances cannot be had), as wide
-    as its axes need."""
+    """Optuna's parallel-coordinate figure over at most :data:`PARALLEL_PARAMS` parameters, as wide as
+    its axes need: the most important, by :func:`_importances`, then, where fewer are ranked, those
+    fANOVA leaves unranked because not every trial has them (an RSA study's dilations, drawn only
+    where a trial has dilated heads), by name; the title says which."""
     params = sorted({name for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)) for name in t.params})
-    shown, chosen = params, ""
-    if len(params) > PARALLEL_PARAMS:
-        try:
-            ranked = optuna.importance.get_param_importances(study, evaluator=_importances())
-            shown, chosen = list(ranked)[:PARALLEL_PARAMS], "most important"
-        except (ValueError, RuntimeError):  # fewer than 2 completed trials, or one value throughout
-            shown, chosen = params[:PARALLEL_PARAMS], "first by name"
-    ax = plot(study, params=shown)
-    ax.figure.set_size_inches(max(6.4, 1.4 * (len(shown) + 2)), 4.8)
-    if chosen:
-        ax.set_title(f"Parallel coordinates: the {len(shown)} {chosen} of {len(params)} parameters")
+    if len(params) <= PARALLEL_PARAMS:
+        return _sized(plot(study, params=params), len(params))
+    try:
+        ranked = list(optuna.importance.get_param_importances(study, evaluator=_importances()))[:PARALLEL_PARAMS]
+    except (ValueError, RuntimeError):  # fewer than 2 completed trials, or one value throughout
+        ranked = []
+    shown = ranked + [name for name in params if name not in ranked][: PARALLEL_PARAMS - len(ranked)]
+    if not ranked:
+        chosen = f"the first {len(shown)} of {len(params)} parameters by name"
+    elif len(ranked) == len(shown):
+        chosen = f"the {len(shown)} most important of {len(params)} parameters"
+    else:
+        chosen = (f"the {len(ranked)} most important of {len(params)} parameters\nand {len(shown) - len(ranked)} "
+                  "not every trial has (not ranked)")
+    ax = _sized(plot(study, params=shown), len(shown))
+    ax.set_title(f"Parallel coordinates: {chosen}")
+    return ax
+
+
+def _sized(ax: Any, n_params: int) -> Any:
+    """``ax``'s figure as wide as ``n_params`` axes need, their labels clear of each other."""
+    ax.figure.set_size_inches(max(6.4, 1.4 * (n_params + 2)), 4.8)
     return ax
 
 
