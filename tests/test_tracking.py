@@ -9,6 +9,7 @@ import threading
 
 import pytest
 
+from recurbench.errors import ConfigError
 from recurbench.records import flatten
 from recurbench.tracking import MemoryTracker, MlflowTracker, check_store, standard_tags
 
@@ -448,3 +449,14 @@ def test_an_optuna_storage_given_as_the_tracking_store_is_refused_unchanged(tmp_
     assert path.read_bytes() == before
     MlflowTracker(f"sqlite:///{tmp_path / 'mlflow.db'}").experiment_id("recurbench-x")
     check_store(f"sqlite:///{tmp_path / 'mlflow.db'}")  # an MLflow store passes
+
+
+@pytest.mark.parametrize("path", ["store.db", "runs/mlflow.sqlite", "/abs/x.SQLITE3"])
+def test_a_plain_path_to_an_sqlite_file_is_refused_with_the_uri_meant(tmp_path, monkeypatch, path):
+    # MLflow read it as a folder store and answered with a paragraph on that store's maintenance mode.
+    monkeypatch.chdir(tmp_path)
+    for write in (True, False):
+        with pytest.raises(ConfigError) as info:
+            check_store(path, write=write)
+        assert str(info.value) == f"tracking URI {path!r}: a path without a scheme is not an SQLite file; write sqlite:///{path}"
+    assert list(tmp_path.iterdir()) == []

@@ -446,6 +446,17 @@ def sqlite_file(uri: str) -> Path | None:
     return Path(unquote(uri.removeprefix("sqlite:///").split("?", 1)[0]))
 
 
+SQLITE_SUFFIXES = (".db", ".sqlite", ".sqlite3")
+
+
+def refuse_plain_sqlite_path(uri: str, what: str) -> None:
+    """Refuse a path without a scheme that names an SQLite file (``/tmp/x.db``): MLflow reads it as a
+    folder store (and recent MLflow refuses that in a paragraph on its maintenance mode), SQLAlchemy
+    cannot parse it; the error gives the URI meant."""
+    if "://" not in uri and not uri.startswith(("file:", "journal:")) and Path(uri).suffix.lower() in SQLITE_SUFFIXES:
+        raise ConfigError(f"{what} {uri!r}: a path without a scheme is not an SQLite file; write sqlite:///{uri}")
+
+
 def _writable_folder(folder: Path, what: str) -> None:
     """Refuse a folder this process cannot create files in (the nearest existing ancestor, where the
     folder does not exist yet: nothing is created here). Tried by creating a file, since permission
@@ -559,6 +570,7 @@ def check_store(uri: str, *, write: bool = True) -> None:
     """Probe the tracking store at ``uri`` before anything runs (see the module docstring): a
     :class:`ConfigError` of one line naming the store, else nothing. Nothing is created."""
     what = "tracking store"
+    refuse_plain_sqlite_path(uri, "tracking URI")
     if (db := sqlite_file(uri)) is not None:
         check_sqlite_file(db, what, write=write, expect="mlflow")
     elif uri.startswith(("http://", "https://")):

@@ -264,6 +264,11 @@ def test_two_drivers_share_one_study_without_failing_each_others_trials(tmp_path
 def test_an_optuna_storage_that_cannot_serve_is_one_line_naming_it(tmp_path):
     from test_tracking import _read_only_folder
 
+    # SQLAlchemy's "Could not parse SQLAlchemy URL from given URL string".
+    with pytest.raises(ConfigError, match=rf"^--storage '{tmp_path}/o\.db': a path without a scheme is not an SQLite "
+                                          rf"file; write sqlite:///{tmp_path}/o\.db$"):
+        run_study(StudySpec("s", 1, storage=f"{tmp_path}/o.db"), Quadratic(), MemoryTracker())
+    assert list(tmp_path.iterdir()) == []
     corrupt = tmp_path / "optuna.db"
     corrupt.write_bytes(b"not a database" * 100)
     with pytest.raises(ConfigError, match=rf"^Optuna storage sqlite:///{corrupt}: {corrupt} is not a readable SQLite database"):

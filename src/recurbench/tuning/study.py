@@ -77,6 +77,7 @@ from recurbench.tracking import (
     experiment_name,
     make_tracker,
     owner_gone,
+    refuse_plain_sqlite_path,
     sqlite_file,
     standard_tags,
 )
@@ -204,6 +205,7 @@ def make_storage(
     not a database, or a folder this process cannot write, is a one-line :class:`ConfigError`."""
     url = url or DEFAULT_STORAGE
     what = f"Optuna storage {url}"
+    refuse_plain_sqlite_path(url, "--storage")
     if is_journal(url):
         path = Path(url.removeprefix("journal:"))
         _writable_folder(path.parent, what)
