@@ -82,6 +82,22 @@ def test_cli_report_and_bad_format(store, tmp_path):
     assert (tmp_path / "report.html").is_file() and (tmp_path / "figures" / "minigrid_learning_curves.png").is_file()
     with pytest.raises(ConfigError, match="unknown report format 'pdf'"):
         write_report("minigrid", tmp_path, tracking_uri=store.uri, fmt="pdf")
+    assert "also holds" not in result.output
+
+
+def test_a_report_into_another_reports_folder_names_the_figures_it_did_not_draw(store, tmp_path):
+    # The ltsf report's figures sat beside the minigrid report's, unsaid.
+    ltsf = write_report("ltsf", tmp_path, tracking_uri=store.uri, log_to_mlflow=False)
+    minigrid = write_report("minigrid", tmp_path, tracking_uri=store.uri, log_to_mlflow=False)
+    assert minigrid.stale == sorted(f.path.name for f in ltsf.figures) and ltsf.stale == []
+    assert all((tmp_path / "figures" / name).is_file() for name in minigrid.stale)  # left as they are
+    from recurbench.cli import app
+
+    result = CliRunner().invoke(app, ["report", "minigrid", "--out", str(tmp_path), "--tracking-uri", store.uri, "--no-log"],
+                                env={"COLUMNS": "300"})
+    assert result.exit_code == 0, result.output
+    assert (f"{tmp_path / 'figures'} also holds {len(ltsf.figures)} file(s) this report did not draw, left as they are "
+            f"(an earlier report's?): {', '.join(minigrid.stale[:3])} and {len(ltsf.figures) - 3} more") in result.output
 
 
 def test_an_out_path_that_cannot_hold_a_report_is_refused_by_name_before_anything_is_read(store, tmp_path):

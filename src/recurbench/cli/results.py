@@ -47,7 +47,7 @@ def compare_cmd(
 def report_cmd(
     suite: Annotated[str, typer.Argument(help="Suite whose runs to report: ltsf | minigrid | langs | memory, or a plugin suite.")],
     out: Annotated[str, typer.Option("--out", help="Folder to write the report and its figures into.")],
-    fmt: Annotated[str, typer.Option("--format", help="html (one self-contained file) | markdown (report.md + PNGs)")] = "html",
+    fmt: Annotated[str, typer.Option("--format", help="html (one self-contained file, figures embedded; their PNGs also in figures/) | markdown (report.md + figures/*.png)")] = "html",
     experiment: Annotated[str | None, typer.Option("--experiment", help="MLflow experiment (default: recurbench-SUITE).")] = None,
     profile: Annotated[str | None, typer.Option("--profile", help="Runs of this profile (default: the latest invocation's).")] = None,
     no_log: Annotated[bool, typer.Option("--no-log", help="Do not log the figures to the latest parent run.")] = False,
@@ -65,5 +65,9 @@ def report_cmd(
     console.print(escape(f"report: {report.path} ({len(report.figures)} figures)"))
     for reason in report.omitted:
         console.print(f"[dim]left out: {escape(str(reason))}[/dim]")
+    if stale := report.stale:
+        shown = ", ".join(stale[:3]) + (f" and {len(stale) - 3} more" if len(stale) > 3 else "")
+        console.print(escape(f"{report.path.parent / 'figures'} also holds {len(stale)} file(s) this report did not "
+                             f"draw, left as they are (an earlier report's?): {shown}"))
     if report.logged_to_run:
         console.print(f"figures logged to MLflow parent run {report.logged_to_run} (artifacts/report)")

@@ -68,6 +68,9 @@ class Report:
     """The parent run the figures were logged to (None if not logged)."""
     omitted: list[str] = field(default_factory=list)
     """Figures left out, with the reason."""
+    stale: list[str] = field(default_factory=list)
+    """The files in the report's ``figures/`` it did not draw (an earlier report's, into the same
+    ``--out``): left as they are, and named (``recurbench report`` prints them)."""
 
 
 #: A suite's figures: ``build(runs, comparison, fig_dir)`` -> the figures and what was left out, why.
@@ -86,6 +89,8 @@ def write_report(
     with report_folder(out, fmt) as folder:
         built, omitted = build(runs, comparison, folder / FIGURES_FOLDER)
         path = (_write_html if fmt == "html" else _write_markdown)(folder, runs, comparison, built, omitted)
+    drawn = {fig.path.name for fig in built}
+    stale = sorted(p.name for p in (folder / FIGURES_FOLDER).iterdir() if p.name not in drawn)
     logged = None
     if log_to_mlflow and runs.latest_parent_id:
         for fig in built:
@@ -94,7 +99,7 @@ def write_report(
         logged = runs.latest_parent_id
     elif log_to_mlflow:
         comparison.notes.append("no parent run found: figures not logged to MLflow")
-    return Report(path, built, comparison, logged, omitted)
+    return Report(path, built, comparison, logged, omitted, stale)
 
 
 def _not_a_folder(out: Path, fmt: str) -> str | None:
