@@ -415,3 +415,21 @@ def test_bench_rem_prints_units_a_person_reads_within_80_columns():
     assert row["speed-up"].endswith("×") and row["memory saved"].endswith("×")
     refused = runner.invoke(app, ["bench", "rem", "--full-size", "--seq-len", "64"])
     assert "--full-size sets --seq-len to 4096: give one or the other" in str(refused.exception)
+
+
+def test_tunes_table_reads_as_words(monkeypatch):
+    # It printed {"complete": 3, "pruned": 1, "fail": 0, ...}, Python dicts with every digit and "[]".
+    from recurbench.tuning import tune as tune_module
+    from recurbench.tuning.study import StudyResult
+    from recurbench.tuning.tune import TuneOutcome
+
+    result = StudyResult("s", "sqlite:///o.db", "abc", {"complete": 3, "pruned": 1, "fail": 1, "running": 0},
+                         0.123456789, {"gate_init": "uniform", "lr": 0.000123456789, "cyclical_pairs": 2}, 2, [])
+    monkeypatch.setattr(tune_module, "tune", lambda request, tracker, engine: TuneOutcome(result, None))
+    out = runner.invoke(app, ["tune", "ltsf", "--model", "rsa_informer", "--trials", "5", "--tracking-uri", "sqlite:///x.db"],
+                        env={"COLUMNS": "200"})
+    assert out.exit_code == 0, out.output
+    rows = {line.split("│")[1].strip(): line.split("│")[2].strip() for line in out.output.splitlines() if line.count("│") == 3}
+    assert rows["trials"] == "3 complete, 1 pruned, 1 failed"
+    assert rows["best params"] == "gate_init=uniform, lr=0.0001235, cyclical_pairs=2"
+    assert rows["best validation loss"] == "0.1235" and rows["stale trials failed and retried"] == "none"

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from typing import Annotated
 
 import typer
@@ -68,12 +67,15 @@ def tune_cmd(
         outcome = tune(request, make_tracker(tracking_uri), engine_choice)
     result = outcome.result
     console.print(table(f"study {result.study_name}", ["key", "value"], [
-        ["storage", result.storage], ["trials", json.dumps(result.counts)], ["best trial", result.best_trial],
+        ["storage", result.storage],
+        ["trials", ", ".join(f"{n} {'failed' if state == 'fail' else state}" for state, n in result.counts.items() if n) or "none"],
+        ["best trial", result.best_trial],
         ["best " + ("validation loss" if suite == "ltsf" else "training-env reward"),
          None if result.best_value is None else f"{result.best_value:.4f}"],  # best_trial.json keeps every digit
-        ["best params", json.dumps(result.best_params)],
-        ["stale trials failed and retried", result.recovered],
-        *([["running in another driver", result.running_elsewhere]] if result.running_elsewhere else []),
+        ["best params", ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
+                                  for k, v in result.best_params.items()) or None],
+        ["stale trials failed and retried", ", ".join(map(str, result.recovered)) or "none"],
+        *([["running in another driver", ", ".join(map(str, result.running_elsewhere))]] if result.running_elsewhere else []),
         ["MLflow parent run", result.parent_run_id],
     ]))
     for note in outcome.notes:
