@@ -86,3 +86,21 @@ def test_legends_stand_outside_the_panels(name):
     (legend,) = fig.legends
     box = legend.get_window_extent()
     assert not any(_overlaps(box, ax.get_window_extent()) for ax in fig.axes if ax.get_visible())
+
+
+def test_a_plugin_models_colour_is_the_same_in_every_process() -> None:
+    """A model outside the RSA families is coloured from its name: the same name gets the same colour
+    in every report, whatever the process's string-hash seed (reports of one study must match)."""
+    import os
+    import subprocess
+    import sys
+
+    code = ("from recurbench.reporting.figures import _model_style; "
+            "print([_model_style(m)['color'] for m in ('my_model', 'gru_plugin', 'x', 'another_one')])")
+    colours = {
+        subprocess.run([sys.executable, "-c", code], env={**os.environ, "PYTHONHASHSEED": seed},
+                       capture_output=True, text=True, check=True).stdout
+        for seed in ("0", "1", "2", "3")
+    }
+    assert len(colours) == 1
+    assert figures._model_style("informer")["color"] != figures._model_style("my_model")["color"]

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import re
+import zlib
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -31,12 +32,14 @@ TEST_SLOT = 0.22
 
 
 def _model_style(model: str) -> dict[str, Any]:
-    """A colour per model family; the baseline dashed, its RSA variant solid."""
+    """A colour per model family; the baseline dashed, its RSA variant solid. A model outside the
+    families (a plugin's) gets a colour from its name's CRC, the same in every report (``hash`` of a
+    string changes with each process)."""
     families = list(RSA_PAIRS)
     for i, base in enumerate(families):
         if model in (base, RSA_PAIRS[base]):
             return {"color": f"C{i}", "linestyle": "-" if model.startswith("rsa_") else "--"}
-    return {"color": f"C{len(families) + hash(model) % 5}", "linestyle": ":"}
+    return {"color": f"C{len(families) + zlib.crc32(model.encode()) % 5}", "linestyle": ":"}
 
 
 def _legend_outside(fig: Figure, axes: Sequence[Any], *extra: Line2D) -> None:
