@@ -146,3 +146,13 @@ def test_summary_sets_the_papers_cells_beside_ours():
     row = dict(zip(header, rows[0], strict=True))
     assert row["bin 0 (last)"] == "0.800 ± 0.141" and row["bin 1 (best epoch)"] == "0.500 ± 0.000"
     assert row["paper bin 0"] == "0.95" and row["paper bin 1"] == "0.46" and row["seeds"] == "2/2"
+
+
+@pytest.mark.parametrize(("seconds", "shown"), [((0.41, 0.45), "0.43"), ((3.0, 3.5), "3.2"), ((1200.0, 1300.0), "1,250")])
+def test_summary_shows_a_sub_second_runs_time(seconds, shown):
+    """s/run keeps two significant digits below 10 s: a tiny profile's 0.4 s runs read 0.43, not 0."""
+    plans = [RunPlan(f"rsa_iii-tomita6-s{s}", s, {"language": "tomita6", "model": "rsa_iii"}, {}) for s in (0, 1)]
+    outcomes = [RunOutcome(p, "FINISHED", {"bin0_acc": 0.9, "bin1_acc": 0.5}, seconds=t)
+                for p, t in zip(plans, seconds, strict=True)]
+    header, rows = LangsSuite().summary_rows(outcomes)
+    assert dict(zip(header, rows[0], strict=True))["s/run"] == shown

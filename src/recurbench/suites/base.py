@@ -70,6 +70,15 @@ class RunOutcome:
     """Lines for the user about resuming: checkpoints passed over or refused, each naming its run and why."""
 
 
+def seconds_per_run(done: Sequence[RunOutcome]) -> str:
+    """The mean wall time of the runs, for a summary's ``s/run`` column: two significant digits below
+    10 s (a sub-second run reads ``0.43``, not ``0``), whole seconds above; ``-`` for none."""
+    if not done:
+        return "-"
+    mean = sum(o.seconds for o in done) / len(done)
+    return f"{mean:.2g}" if mean < 10 else f"{mean:,.0f}"
+
+
 @dataclass
 class SuiteResult:
     suite: str

@@ -48,6 +48,7 @@ from recurbench.suites.base import (
     RunOutcome,
     RunPlan,
     SuiteDefinition,
+    seconds_per_run,
     selected_names,
     selected_seeds,
 )
@@ -308,7 +309,7 @@ class LangsSuite(SuiteDefinition):
                 language, model, f"{len(done)}/{len(group)}", cell("bin0_acc"), cell("bin1_acc"),
                 cell("bin0_acc_best"), cell("bin1_acc_best"),
                 f"{paper['bin0']:.2f}" if paper else "-", f"{paper['bin1']:.2f}" if paper else "-",
-                f"{statistics.fmean(o.seconds for o in done):.0f}" if done else "-",
+                seconds_per_run(done),
             ])
         if any(row[7] != "-" for row in rows) and (caveat := outcomes_caveat(self, outcomes)):
             rows.append(footnote_row(f"paper bin 0/1: {caveat}", header))

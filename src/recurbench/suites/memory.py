@@ -87,6 +87,7 @@ from recurbench.suites.base import (
     RunOutcome,
     RunPlan,
     SuiteDefinition,
+    seconds_per_run,
     selected_names,
     selected_seeds,
 )
@@ -643,7 +644,7 @@ class MemorySuite(SuiteDefinition):
                          budget_text([o.metrics for o in done]), cell("train_accuracy"), cell("grad_first_init", ".2e"),
                          cell("grad_first_final", ".2e"), cell("grad_ratio_init", ".2e"),
                          cell("grad_ratio_final", ".2e"), paper,
-                         f"{statistics.fmean(o.seconds for o in done):.0f}" if done else "-"])
+                         seconds_per_run(done)])
         if any(row[header.index("paper (Table 5)")] != "-" for row in rows) and (caveat := outcomes_caveat(self, outcomes)):
             rows.append(footnote_row(f"paper (Table 5): {caveat}", header))
         return header, rows
