@@ -104,3 +104,14 @@ def test_a_plugin_models_colour_is_the_same_in_every_process() -> None:
     }
     assert len(colours) == 1
     assert figures._model_style("informer")["color"] != figures._model_style("my_model")["color"]
+
+
+def test_gate_panels_come_in_the_order_given_then_alphabetically() -> None:
+    """langs draws a panel per language in the suite's order (tomita3 before tomita5 before d2...),
+    not the alphabet's; an unknown name goes last."""
+    gates = pd.DataFrame([(m, "layers.0", 0.5) for m in ("zzz", "d2", "tomita5", "tomita3")],
+                         columns=["model", "layer", "value"])
+    fig = figures.gate_boxplots(gates, order=["tomita3", "tomita5", "d2"])
+    assert [ax.get_title() for ax in fig.axes if ax.get_title()] == ["tomita3", "tomita5", "d2", "zzz"]
+    ltsf = figures.gate_boxplots(gates.assign(model=["rsa_transformer_xl", "rsa_informer", "x", "rsa_logsparse"]))
+    assert [ax.get_title() for ax in ltsf.axes if ax.get_title()] == ["rsa_informer", "rsa_logsparse", "rsa_transformer_xl", "x"]

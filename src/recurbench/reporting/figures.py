@@ -113,12 +113,13 @@ def loss_curves(curves: pd.DataFrame, test: pd.DataFrame) -> Figure | None:
     return fig
 
 
-def gate_boxplots(gates: pd.DataFrame) -> Figure | None:
+def gate_boxplots(gates: pd.DataFrame, order: Sequence[str] = LTSF_MODEL_ORDER) -> Figure | None:
     """RSA paper Fig. 3: the learned gate σ(μ) per layer, a box over runs (seeds × settings), a
-    panel per RSA model. ``gates``: model, layer, value."""
+    panel per RSA model. ``gates``: model, layer, value. Panels come in ``order``, then any others
+    alphabetically."""
     if gates.empty:
         return None
-    models = [m for m in LTSF_MODEL_ORDER if m in set(gates["model"])] + sorted(set(gates["model"]) - set(LTSF_MODEL_ORDER))
+    models = [m for m in order if m in set(gates["model"])] + sorted(set(gates["model"]) - set(order))
     # Each panel as wide as its own model's layers need (Informer's encoder/decoder names and the
     # single-stack models' blocks share no box), at most GATE_PANELS_PER_ROW to a row.
     most_layers = int(gates.groupby("model")["layer"].nunique().max())

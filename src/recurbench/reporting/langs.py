@@ -95,8 +95,7 @@ def langs_figures(runs: SuiteRuns, comp: Comparison, fig_dir: Path) -> tuple[lis
         [(r.tags.get("language"), layer, v) for r in runs.finished for layer, v in _layer_gates(r.metrics).items()],
         columns=["model", "layer", "value"],  # a panel per language: gate_boxplots calls it the model
     )
-    gates = gates.sort_values("layer", kind="stable")  # panels come in gate_boxplots' own (alphabetical) order
-    if (fig := figures.gate_boxplots(gates)) is not None:
+    if (fig := figures.gate_boxplots(gates, order=languages)) is not None:  # panels in the suite's order of languages
         fig.suptitle("REM gates σ(μ) per layer after training, a panel per language (all RSA models and seeds)")
         built.append(_save(fig, fig_dir, "langs_rem_gates", "REM gate values per layer and language",
                            "σ(μ) per RSA layer after the last epoch over every RSA run of the language (box) "
