@@ -276,6 +276,7 @@ def test_output_formats(ltsf):
     assert set(csv["paper_caveat"]) == {ltsf.paper_caveat}  # a quick profile: every row says why
     md = render(ltsf, "markdown")
     assert "| ETTh1 | 24 | MSE | 0.700 ± 0.100 (n=3); paper 0.762; Δ -0.062 |" in md
+    assert "*a cell reads: our mean ± std over n runs, the paper's figure, Δ = ours − paper*" in md  # Δ's sign
     assert "| rsa_informer vs informer | 4/4 |" in md  # ours only: a quick profile
     tex = render(ltsf, "latex")
     assert r"\begin{tabular}" in tex and r"0.700 $\pm$ 0.100 (n=3)" in tex and "n/a" in tex

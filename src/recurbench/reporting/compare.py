@@ -241,6 +241,8 @@ def compare_runs(runs: SuiteRuns, *, reference: str = "paper", by: Sequence[str]
     cells = comparison.cells
     if comparison.reference == "paper" and not cells.empty and "paper" in cells and cells["paper"].isna().all():
         _without_paper(comparison)
+    if comparison.reference == "paper" and not comparison.cells.empty:
+        comparison.notes.append("a cell reads: our mean ± std over n runs, the paper's figure, Δ = ours − paper")
     return comparison
 
 
