@@ -616,3 +616,27 @@ def test_the_parallel_coordinate_figure_of_many_parameters_draws_the_most_import
     assert ax.get_title() == ("Parallel coordinates: the 4 most important of 7 parameters\n"
                               "and 1 not every trial has (not ranked)")
     plt.close(ax.figure)
+
+
+def test_a_studys_figures_name_what_the_trials_value_is(tmp_path):
+    """The figures' value axes say what was optimised (an ltsf study's best validation MSE), not
+    Optuna's "Objective Value"."""
+    from recurbench.tuning import study as study_module
+
+    spec = StudySpec("named", 4, storage=f"sqlite:///{tmp_path / 'o.db'}", seed=1, pruner="none")
+    run_study(spec, Quadratic(), MemoryTracker())
+    tracker = MemoryTracker()
+    texts: dict[str, set[str]] = {}
+    with tracker.run("figures", experiment="toy") as run:
+        run.log_figure = lambda fig, name: texts.__setitem__(name, {  # type: ignore[method-assign]
+            t.get_text() for t in fig.findobj(lambda a: hasattr(a, "get_text")) if t.get_text()})
+        study_module._log_figures(load_study(spec, "minimize"), run, "best validation MSE")
+    assert set(texts) == {"optuna/optimization_history.png", "optuna/param_importances.png",
+                          "optuna/parallel_coordinate.png"}
+    for name, found in texts.items():
+        assert not any("Objective Value" in t for t in found), (name, found)
+    assert "best validation MSE" in texts["optuna/optimization_history.png"]
+    assert "best validation MSE" in texts["optuna/parallel_coordinate.png"]
+    from recurbench.tuning.objectives import LTSFObjective, MinigridObjective
+
+    assert LTSFObjective.target_name == "best validation MSE" and MinigridObjective.target_name == "mean return, training env"

@@ -67,6 +67,7 @@ class LTSFObjective(Objective):
 
     suite = "ltsf"
     direction = "minimize"
+    target_name = "best validation MSE"
 
     @cached_property
     def job(self) -> Any:
@@ -250,6 +251,7 @@ class MinigridObjective(Objective):
 
     suite = "minigrid"
     direction = "maximize"
+    target_name = "mean return, training env"
 
     @cached_property
     def planned(self) -> RunPlan:

@@ -108,6 +108,8 @@ class Objective:
 
     direction: str = "minimize"
     suite: str = ""
+    target_name: str = "objective value"
+    """What a trial's value is, for the study's figures' value axis (Optuna's says "Objective Value")."""
 
     def __call__(self, trial: optuna.Trial, run: RunHandle) -> float:  # pragma: no cover - interface
         raise NotImplementedError
@@ -514,7 +516,7 @@ def run_study(
                 parent.log_metrics({"best_value": result.best_value, "best_trial": result.best_trial})
                 parent.log_dict({"number": result.best_trial, "value": result.best_value, "params": result.best_params},
                                 "best_trial.json")
-                _log_figures(study, parent)
+                _log_figures(study, parent, objective.target_name)
             finished = result.counts["complete"] + result.counts["pruned"]
             if spec.timeout is not None and finished + len(result.running_elsewhere) < spec.n_trials:
                 result.notes.append(f"stopped at --timeout {spec.timeout:g} s after {finished} of {spec.n_trials} "
@@ -562,7 +564,7 @@ NEEDS_SEVERAL_TRIALS = ("param_importances.png",)
 """The figures that mean nothing below 2 completed trials (importances compare trials' values)."""
 
 
-def _log_figures(study: optuna.Study, run: RunHandle) -> None:
+def _log_figures(study: optuna.Study, run: RunHandle, target_name: str = Objective.target_name) -> None:
     import matplotlib  # noqa: PLC0415 - matplotlib's Agg backend is chosen before pyplot loads, only when figures are drawn
 
     matplotlib.use("Agg")
@@ -570,9 +572,11 @@ def _log_figures(study: optuna.Study, run: RunHandle) -> None:
     from optuna.visualization import matplotlib as ovm  # noqa: PLC0415 - matplotlib's Agg backend is chosen before pyplot loads, only when figures are drawn
 
     figures = {
-        "optimization_history.png": ovm.plot_optimization_history,
-        "param_importances.png": functools.partial(ovm.plot_param_importances, evaluator=_importances()),
-        "parallel_coordinate.png": functools.partial(_parallel_coordinate, ovm.plot_parallel_coordinate),
+        "optimization_history.png": functools.partial(ovm.plot_optimization_history, target_name=target_name),
+        "param_importances.png": functools.partial(ovm.plot_param_importances, evaluator=_importances(),
+                                                   target_name=target_name),
+        "parallel_coordinate.png": functools.partial(
+            _parallel_coordinate, functools.partial(ovm.plot_parallel_coordinate, target_name=target_name)),
     }
     completed = len(study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)))
     for name, plot in figures.items():
@@ -634,8 +638,10 @@ def _parallel_coordinate(plot: Callable[..., Any], study: optuna.Study) -> Any:
 
 
 def _sized(ax: Any, n_params: int) -> Any:
-    """``ax``'s figure as wide as ``n_params`` axes need, their labels clear of each other."""
+    """``ax``'s figure as wide as ``n_params`` axes need, their labels clear of each other and inside
+    the figure (Optuna slants the axes' names below the plot, past its lower edge)."""
     ax.figure.set_size_inches(max(6.4, 1.4 * (n_params + 2)), 4.8)
+    ax.figure.tight_layout()
     return ax
 
 
