@@ -620,16 +620,22 @@ def test_the_parallel_coordinate_figure_of_many_parameters_draws_the_most_import
 
 def test_a_studys_figures_name_what_the_trials_value_is(tmp_path):
     """The figures' value axes say what was optimised (an ltsf study's best validation MSE), not
-    Optuna's "Objective Value"."""
+    Optuna's "Objective Value"; the history counts trials in whole numbers."""
     from recurbench.tuning import study as study_module
 
-    spec = StudySpec("named", 4, storage=f"sqlite:///{tmp_path / 'o.db'}", seed=1, pruner="none")
+    spec = StudySpec("named", 3, storage=f"sqlite:///{tmp_path / 'o.db'}", seed=1, pruner="none")
     run_study(spec, Quadratic(), MemoryTracker())
     tracker = MemoryTracker()
     texts: dict[str, set[str]] = {}
+    ticks: list[float] = []
+
+    def log_figure(fig, name):
+        texts[name] = {t.get_text() for t in fig.findobj(lambda a: hasattr(a, "get_text")) if t.get_text()}
+        if name.endswith("history.png"):
+            ticks.extend(fig.axes[0].get_xticks())
+
     with tracker.run("figures", experiment="toy") as run:
-        run.log_figure = lambda fig, name: texts.__setitem__(name, {  # type: ignore[method-assign]
-            t.get_text() for t in fig.findobj(lambda a: hasattr(a, "get_text")) if t.get_text()})
+        run.log_figure = log_figure  # type: ignore[method-assign]
         study_module._log_figures(load_study(spec, "minimize"), run, "best validation MSE")
     assert set(texts) == {"optuna/optimization_history.png", "optuna/param_importances.png",
                           "optuna/parallel_coordinate.png"}
@@ -637,6 +643,7 @@ def test_a_studys_figures_name_what_the_trials_value_is(tmp_path):
         assert not any("Objective Value" in t for t in found), (name, found)
     assert "best validation MSE" in texts["optuna/optimization_history.png"]
     assert "best validation MSE" in texts["optuna/parallel_coordinate.png"]
+    assert ticks and all(float(t).is_integer() for t in ticks), ticks  # trials 0, 1, 2: no 0.25 steps
     from recurbench.tuning.objectives import LTSFObjective, MinigridObjective
 
     assert LTSFObjective.target_name == "best validation MSE" and MinigridObjective.target_name == "mean return, training env"

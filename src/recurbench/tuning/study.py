@@ -572,7 +572,7 @@ def _log_figures(study: optuna.Study, run: RunHandle, target_name: str = Objecti
     from optuna.visualization import matplotlib as ovm  # noqa: PLC0415 - matplotlib's Agg backend is chosen before pyplot loads, only when figures are drawn
 
     figures = {
-        "optimization_history.png": functools.partial(ovm.plot_optimization_history, target_name=target_name),
+        "optimization_history.png": functools.partial(_history, ovm.plot_optimization_history, target_name=target_name),
         "param_importances.png": functools.partial(ovm.plot_param_importances, evaluator=_importances(),
                                                    target_name=target_name),
         "parallel_coordinate.png": functools.partial(
@@ -597,6 +597,16 @@ def _log_figures(study: optuna.Study, run: RunHandle, target_name: str = Objecti
         fig = ax.figure if hasattr(ax, "figure") else ax.flat[0].figure
         run.log_figure(fig, f"optuna/{name}")
         plt.close(fig)
+
+
+def _history(plot: Callable[..., Any], study: optuna.Study, **options: Any) -> Any:
+    """Optuna's optimisation history with whole trial numbers on its axis (a study of 2 or 3 trials
+    had ticks at 0.25, 0.5, ...)."""
+    from matplotlib.ticker import MaxNLocator  # noqa: PLC0415 - matplotlib loads only when figures are drawn
+
+    ax = plot(study, **options)
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    return ax
 
 
 def _importances() -> optuna.importance.BaseImportanceEvaluator:
