@@ -30,8 +30,8 @@ def count_label(count: float) -> str:
 
 
 def count_ticks(axis: Any, nbins: int = 5) -> None:
-    """Give an axis of counts (updates, steps) at most ``nbins`` intervals, labelled by
-    :func:`count_label`: six-digit labels such as ``150000`` run into each other on a panel 4-5 inches
-    wide."""
-    axis.set_major_locator(MaxNLocator(nbins=nbins, steps=[1, 2, 2.5, 5, 10]))
+    """Give an axis of counts (updates, steps, trials) at most ``nbins`` intervals at whole numbers,
+    labelled by :func:`count_label`: six-digit labels such as ``150000`` run into each other on a panel
+    4-5 inches wide, and a short axis (3 trials) would otherwise be ticked at 0.25 steps."""
+    axis.set_major_locator(MaxNLocator(nbins=nbins, steps=[1, 2, 2.5, 5, 10], integer=True))
     axis.set_major_formatter(FuncFormatter(lambda value, _position: count_label(value)))

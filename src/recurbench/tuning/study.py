@@ -600,12 +600,12 @@ def _log_figures(study: optuna.Study, run: RunHandle, target_name: str = Objecti
 
 
 def _history(plot: Callable[..., Any], study: optuna.Study, **options: Any) -> Any:
-    """Optuna's optimisation history with whole trial numbers on its axis (a study of 2 or 3 trials
-    had ticks at 0.25, 0.5, ...)."""
-    from matplotlib.ticker import MaxNLocator  # noqa: PLC0415 - matplotlib loads only when figures are drawn
+    """Optuna's optimisation history with its trials on a count axis (:func:`recurbench.plots.count_ticks`:
+    whole numbers; a study of 2 or 3 trials had ticks at 0.25, 0.5, ...)."""
+    from recurbench.plots import count_ticks  # noqa: PLC0415 - matplotlib loads only when figures are drawn
 
     ax = plot(study, **options)
-    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    count_ticks(ax.xaxis)
     return ax
 
 
