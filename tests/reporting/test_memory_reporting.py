@@ -379,3 +379,21 @@ def test_memlstm_is_named_as_the_paper_writes_it():
                            "solved_at": math.nan}])
     table, _, _ = table5_layout(frame, with_paper=False)
     assert list(table.columns) == ["T", "MemLSTM"]  # it read `memlstm` beside MemRNN and RelLSTM
+
+
+def test_the_loss_figures_baseline_is_told_apart_from_every_cores_line():
+    """The blanks-and-guessing line was grey dotted, as SAB's line is dotted: in a panel with SAB the
+    legend showed two dotted samples. It now has a line style that no core has."""
+    import numpy as np
+    import pandas as pd
+
+    from recurbench.reporting.memory import CORE_STYLES, loss_figure
+
+    steps = np.arange(0, 2_001, 500)
+    curves = pd.DataFrame([{"task": "copy", "T": 100, "label": core, "seed": 0, "step": int(step), "value": 1.0 / (1 + step)}
+                           for core in CORE_STYLES for step in steps])
+    fig = loss_figure(curves, {("copy", 100): 0.2})
+    lines = {line.get_label(): line for line in fig.axes[0].get_lines()}
+    baseline = lines.pop("blanks + guessing")
+    assert set(lines) == set(CORE_STYLES)
+    assert baseline.get_linestyle() not in {line.get_linestyle() for line in lines.values()}

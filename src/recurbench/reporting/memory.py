@@ -58,6 +58,9 @@ CORE_STYLES: dict[str, dict[str, str]] = {
     "rellstm": {"color": "C3", "linestyle": "-"},
     "memlstm": {"color": "C4", "linestyle": "-"},
 }
+BASELINE_STYLE: dict[str, object] = {"color": "0.4", "linestyle": "-.", "linewidth": 1}
+"""The loss figure's blanks-and-guessing line: grey dash-dot, a style no core's line has (it was
+dotted, as SAB's is)."""
 
 
 def table5_reference() -> pd.DataFrame:
@@ -297,8 +300,8 @@ def kappa_figure(frame: pd.DataFrame) -> MplFigure | None:
 
 def loss_figure(curves: pd.DataFrame, baselines: Mapping[tuple[str, int], float]) -> MplFigure | None:
     """Training loss against updates, a panel per task and T, a line per core (mean over seeds);
-    dotted: the loss of outputting blanks and guessing the data. ``curves``: task, T, label, seed,
-    step, value."""
+    grey dash-dot (:data:`BASELINE_STYLE`, a style no core uses): the loss of outputting blanks and
+    guessing the data. ``curves``: task, T, label, seed, step, value."""
     if curves.empty:
         return None
     keys = sorted(set(zip(curves["task"], curves["T"], strict=True)),
@@ -313,7 +316,7 @@ def loss_figure(curves: pd.DataFrame, baselines: Mapping[tuple[str, int], float]
             lines[label] = (mean.index, mean.to_numpy())
         styled_lines(ax, lines, CORE_STYLES)
         if (task, T) in baselines:
-            ax.axhline(baselines[(task, T)], color="0.4", linestyle=":", linewidth=1, label="blanks + guessing")
+            ax.axhline(baselines[(task, T)], **BASELINE_STYLE, label="blanks + guessing")
         ax.set_title(f"{task}, T = {T}")
         ax.set_xlabel("updates")
         count_ticks(ax.xaxis)
@@ -356,7 +359,7 @@ def memory_figures(runs: SuiteRuns, comp: Comparison, fig_dir: Path) -> tuple[li
         baselines[(task, T)] = c * math.log(labels) / (T + 2 * c)
     if (fig := loss_figure(pd.DataFrame(rows, columns=["task", "T", "label", "seed", "step", "value"]), baselines)) is not None:
         built.append(_save(fig, fig_dir, "memory_loss_curves", "Training loss",
-                           "Cross-entropy over all steps against updates, mean over seeds; dotted: c ln(labels) / L, "
+                           "Cross-entropy over all steps against updates, mean over seeds; grey dash-dot: c ln(labels) / L, "
                            "the loss of a model that outputs blanks and guesses the data."))
     else:
         omitted.append("loss curves: no finished run logged loss")
