@@ -647,3 +647,30 @@ def test_a_studys_figures_name_what_the_trials_value_is(tmp_path):
     from recurbench.tuning.objectives import LTSFObjective, MinigridObjective
 
     assert LTSFObjective.target_name == "best validation MSE" and MinigridObjective.target_name == "mean return, training env"
+
+
+def test_a_studys_figures_rank_its_parameters_with_one_fanova_fit(monkeypatch):
+    """The importance figure and the parallel-coordinate figure (a study of more than PARALLEL_PARAMS
+    parameters) each fitted fANOVA: two fits of the same trials. One fit serves both now, and both
+    figures are still drawn from it."""
+    from recurbench.tuning import study as study_module
+
+    fits: list[list[str] | None] = []
+    real = optuna.importance.FanovaImportanceEvaluator.evaluate
+
+    def counting(self, study, params=None, *, target=None):
+        fits.append(params)
+        return real(self, study, params=params, target=target)
+
+    monkeypatch.setattr(optuna.importance.FanovaImportanceEvaluator, "evaluate", counting)
+
+    def objective(trial):
+        return 10 * trial.suggest_float("big", 0, 1) + sum(1e-3 * trial.suggest_float(f"small_{i}", 0, 1) for i in range(6))
+
+    study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=0))
+    study.optimize(objective, n_trials=12)
+    tracker = MemoryTracker()
+    with tracker.run("figures", experiment="toy") as run:
+        study_module._log_figures(study, run)
+    assert len(fits) == 1, fits
+    assert {"optuna/param_importances.png", "optuna/parallel_coordinate.png"} <= set(tracker.runs[0].artifacts)
