@@ -60,3 +60,24 @@ def test_a_long_table_too_wide_splits_into_parts_each_led_by_the_names_of_its_ro
     assert text.count("transformer_rel") == 3 * len(parts)
     for header in HEADER:  # every column is in some part, whole or wrapped at its spaces
         assert all(word in text for word in header.split()), header
+
+
+def test_a_table_whose_lines_would_wrap_to_shreds_splits_into_even_parts_with_lines_whole():
+    """`compare langs` at 80 columns: four cells of three lines each ("0.025 ± 0.000 (n=2)", "paper 0.290",
+    "Δ -0.265") were narrowed to ten characters, six lines a cell ("paper" / "0.290"). It now prints
+    two parts of two columns each, every line of a cell whole; a caveat of a title prints once."""
+    cell = "0.025 ± 0.000 (n=2)\npaper 0.290\nΔ -0.265"
+    header = ["language", "model", "bin0_last", "bin1_last", "bin0_best", "bin1_best"]
+    rows = [[language, model, cell, cell, cell, cell] for language in ("parity", "d2") for model in ("transformer", "rsa_ii")]
+    title = "recurbench-langs (profile tiny): mean over seeds — not comparable with the paper's figures: " * 2
+    text = _render(FittedTable(title, header, rows, keys=2, show_lines=True), 80)
+    assert max(len(line) for line in text.splitlines()) <= 80
+    heads = [[c.strip() for c in line.split("┃")[1:-1]] for line in text.splitlines() if line.count("┃") == 5]
+    assert heads == [["language", "model", "bin0_last", "bin1_last"], ["language", "model", "bin0_best", "bin1_best"]]
+    lines = [[c.strip() for c in line.split("│")[1:-1]] for line in text.splitlines() if line.count("│") == 5]
+    assert [line[2:] for line in lines] == [[part, part] for _ in range(2 * len(rows)) for part in cell.splitlines()]
+    assert " ".join(text.split()).count("not comparable") == 2  # the title (which says it twice) once
+    assert "the table above, continued (2/2)" in text
+    # Where the table fits with lines wrapped into two pieces at most, it stays one table.
+    wide = _render(FittedTable("t", header, rows, keys=2, show_lines=True), 100)
+    assert "(1/2)" not in wide and wide.count("┃ language") == 1

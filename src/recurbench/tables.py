@@ -5,6 +5,8 @@ rich narrows every wrappable column alike when a table is too wide, so a name fo
 cannot narrow enough is cut (``transform…``). :class:`FittedTable` plans the widths itself when it is
 rendered, from the width it is given: a column never becomes narrower than its longest word (or its
 header's), and the widest columns give way first, so cells wrap at spaces and names stay whole. Where
+that would wrap a line of a cell into more than :data:`MAX_PIECES` lines (``paper`` / ``0.290``), a table
+with columns naming its rows is split into even parts that keep each line nearly whole. Where
 even the longest words do not fit side by side, a short table is transposed, a long one split into
 parts that each repeat the columns naming its rows, else printed as one block per row; a single word
 wider than the terminal folds (``overflow="fold"``): every character still prints.
@@ -29,6 +31,10 @@ _PADDING = 2  # rich's default: one space each side of a cell
 _BORDER = 1
 TRANSPOSE_MAX_ROWS = 4
 """A table of at most this many rows is transposed where it is too wide; a longer one is split."""
+MAX_PIECES = 2
+"""Where narrowing a table to the width would wrap a line of a cell into more pieces than this
+(``0.025 ±`` / ``0.000`` / ``(n=2)``, ``paper`` / ``0.290``), and the table has key columns, it is split
+into parts instead wherever the parts keep every line within this many pieces."""
 
 
 def _plain(cell: Any) -> str:
@@ -66,7 +72,8 @@ class FittedTable:
     ``caption`` (a legend, notes) prints under it, wrapped to the width.
 
     Four layouts, the first that fits: the table as given, its columns narrowed where wrapping costs
-    least; transposed (a row per column, a column per row) when it has at most
+    least (split into even parts instead where narrowing would wrap a line into more than
+    :data:`MAX_PIECES` and parts keep every line within that); transposed (a row per column, a column per row) when it has at most
     :data:`TRANSPOSE_MAX_ROWS` rows; split into several tables side by side no more, each repeating the
     first ``keys`` columns (the names of a row: ``language``, ``model``) before as many other columns
     as fit; one block per row (a ``column: value`` line per cell), which fits any width."""
@@ -84,6 +91,10 @@ class FittedTable:
         """The rich table(s) laid out for ``width`` columns."""
         for glue in (True, False):  # "0.762 ±" / "0.144" on two lines, else on three before any split
             if (plan := _plan(self.header, self.rows, width, glue=glue)) is not False:
+                if (plan is not None and 0 < self.keys < len(self.header)
+                        and _pieces(self.header, self.rows, plan, glue) > MAX_PIECES
+                        and (split := self._split(width, max_pieces=MAX_PIECES))):
+                    return split  # parts whose lines stay nearly whole read better than lines in shreds
                 return [self._build(self.title, self.header, self.rows, plan)]
         columns = [[h, *(row[i] for row in self.rows)] for i, h in enumerate(self.header)]
         if len(self.rows) <= TRANSPOSE_MAX_ROWS and (plan := _plan([""] * len(columns[0]), columns, width)) is not False:
@@ -97,26 +108,44 @@ class FittedTable:
                 table.add_row(escape(h), _cell(row[i]), end_section=i == len(self.header) - 1)
         return [table]
 
-    def _split(self, width: int) -> list[Table]:
+    def _split(self, width: int, max_pieces: int | None = None) -> list[Table]:
         """Column groups that each fit beside the key columns, as tables one under the other; [] when
-        the keys and any one other column do not fit together."""
-        keys, groups, group = list(range(self.keys)), [], []
+        the keys and any one other column do not fit together. With ``max_pieces``, a group fits only
+        where no line of its cells wraps into more pieces than that, and the groups (as many as packing
+        them in order needs) are as even in size as fit: four columns in two parts, two and two, not
+        three and one (a split only to keep lines whole; otherwise each part takes as many as fit)."""
+        keys = list(range(self.keys))
+
+        def fits(group: Sequence[int]) -> bool:
+            chosen = [*keys, *group]
+            header, rows = [self.header[c] for c in chosen], [[row[c] for c in chosen] for row in self.rows]
+            plan = _plan(header, rows, width)
+            return plan is not False and (max_pieces is None or plan is None or _pieces(header, rows, plan) <= max_pieces)
+
+        groups: list[list[int]] = []
+        group: list[int] = []
         for i in range(self.keys, len(self.header)):
-            trial = [*keys, *group, i]
-            if _plan([self.header[c] for c in trial], [[row[c] for c in trial] for row in self.rows], width) is False:
-                if not group:
-                    return []
+            if fits([*group, i]):
+                group.append(i)
+            elif not group:
+                return []
+            else:
                 groups.append(group)
                 group = [i]
-            else:
-                group.append(i)
         groups.append(group)
+        others = list(range(self.keys, len(self.header)))
+        size, extra = divmod(len(others), len(groups))
+        even = [others[n * size + min(n, extra):(n + 1) * size + min(n + 1, extra)] for n in range(len(groups))]
+        if max_pieces is not None and all(fits(g) for g in even):
+            groups = even
         out = []
         for n, group in enumerate(groups, start=1):
             chosen = [*keys, *group]
             header = [self.header[c] for c in chosen]
             rows = [[row[c] for c in chosen] for row in self.rows]
-            out.append(self._build(f"{self.title} ({n}/{len(groups)})", header, rows, _plan(header, rows, width) or None))
+            # A title of several lines (a caveat) prints in full once; the later parts say whose they are.
+            title = self.title if n == 1 or cell_len(self.title) <= width else "the table above, continued"
+            out.append(self._build(f"{title} ({n}/{len(groups)})", header, rows, _plan(header, rows, width) or None))
         return out
 
     def _build(self, title: str, header: Sequence[str], rows: Sequence[Sequence[Any]], widths: list[int] | None, *,
@@ -142,6 +171,28 @@ class FittedTable:
 
 def _cell(cell: Any) -> Any:
     return cell if isinstance(cell, Text) else escape(str(cell))
+
+
+def _wrapped_lines(text: str, width: int, glue: bool = True) -> int:
+    """How many lines ``text``'s longest-wrapping line takes in a column ``width`` wide, wrapped at
+    spaces as rich wraps it (a ``±`` kept with the number before it where ``glue``)."""
+    most = 1
+    for line in text.splitlines():
+        words = (line.replace(" ±", "_±") if glue else line).split()
+        lines, used = 1, -1
+        for word in words:
+            if used >= 0 and used + 1 + cell_len(word) > width:
+                lines, used = lines + 1, cell_len(word)
+            else:
+                used += 1 + cell_len(word)
+        most = max(most, lines)
+    return most
+
+
+def _pieces(header: Sequence[str], rows: Sequence[Sequence[Any]], widths: Sequence[int], glue: bool = True) -> int:
+    """The most lines any one line of a cell (or of the header) wraps into at ``widths``."""
+    return max(_wrapped_lines(_plain(cell), widths[i], glue)
+               for line in (header, *rows) for i, cell in enumerate(line) if i < len(widths))
 
 
 def _plan(header: Sequence[str], rows: Sequence[Sequence[Any]], width: int, *,
