@@ -13,15 +13,13 @@ from recurbench.cli.common import (
     JsonOpt,
     at_least,
     console,
-    duration,
-    megabytes,
     print_json,
     split_csv,
     table,
-    times,
 )
 from recurbench.config import check_names
 from recurbench.errors import RecurbenchError
+from recurbench.units import duration, megabytes, times
 
 
 def bench_rem_cmd(

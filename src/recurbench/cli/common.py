@@ -152,28 +152,6 @@ def table(title: str, header: list[str], rows: list[list[Any]], *, caption: str 
     return FittedTable(title, header, rows, caption=caption, keys=keys)
 
 
-def megabytes(n: float | None) -> str:
-    """Bytes as a person reads them: ``6,511 MB``, ``12.3 MB``; ``-`` for None."""
-    if n is None:
-        return "-"
-    mb = n / 1e6
-    return f"{mb:,.0f} MB" if abs(mb) >= 100 else f"{mb:.3g} MB"
-
-
-def duration(seconds: float | None) -> str:
-    """Seconds as ``183 ms``, ``1.24 s`` or ``61 s``; ``-`` for None."""
-    if seconds is None:
-        return "-"
-    if seconds < 1:
-        return f"{seconds * 1000:.3g} ms"
-    return f"{seconds:.3g} s" if seconds < 100 else f"{seconds:,.0f} s"
-
-
-def times(ratio: float | None) -> str:
-    """A ratio as ``24.4×``; ``-`` for None."""
-    return "-" if ratio is None else f"{ratio:.3g}×"
-
-
 def at_least(minimum: int, **options: int | None) -> None:
     """Refuse a numeric option below ``minimum`` by its flag (``seq_len`` is ``--seq-len``); None = not given."""
     for name, value in options.items():

@@ -69,6 +69,7 @@ from recurbench.tracking import (
     standard_tags,
     store_lock,
 )
+from recurbench.units import duration
 
 
 def plan_runs(definition: SuiteDefinition, cfg: Any, profile: str, config_path: str | os.PathLike[str] | None,
@@ -535,7 +536,7 @@ def describe_dry_run(result: SuiteResult, tracker: Tracker) -> tuple[list[list[s
         if resumes:
             status += f", from run {o.resumed_from}'s checkpoint at step {o.resumed_at:,}"
         if i in typical and o.status == "PLANNED":
-            status += f" (typically {duration(typical[i])}{' from the start' if resumes else ''})"
+            status += f" (typically {duration(typical[i], rough=True)}{' from the start' if resumes else ''})"
         rows.append([o.plan.name, str(o.plan.seed), status])
     todo = [i for i, o in enumerate(outcomes) if o.status == "PLANNED"]
     lines = [f"{len(todo)} run(s) to run, {len(result.reused)} already finished"
@@ -543,22 +544,13 @@ def describe_dry_run(result: SuiteResult, tracker: Tracker) -> tuple[list[list[s
                 if result.elsewhere else "") + "; nothing was trained or written"]
     if known := [typical[i] for i in todo if i in typical]:
         lines.append(
-            f"typical time of the {len(known)} run(s) to run that have one: {duration(sum(known))} in all (the "
+            f"typical time of the {len(known)} run(s) to run that have one: {duration(sum(known), rough=True)} in all (the "
             "median wall time of this store's finished runs of the same configuration and settings, on the machines "
             "that ran them)"
             + (f"; {len(todo) - len(known)} have no finished run of their configuration and settings to go by"
                if len(known) < len(todo) else "")
         )
     return rows, lines
-
-
-def duration(seconds: float) -> str:
-    """``42 s``, ``12 min``, ``3.4 h``."""
-    if seconds < 90:
-        return f"{seconds:.0f} s"
-    if seconds < 90 * 60:
-        return f"{seconds / 60:.0f} min"
-    return f"{seconds / 3600:.1f} h"
 
 
 def plan_cap(definition: SuiteDefinition, plan: RunPlan) -> int | None:
