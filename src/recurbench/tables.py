@@ -73,8 +73,8 @@ class FittedTable:
 
     Four layouts, the first that fits: the table as given, its columns narrowed where wrapping costs
     least (split into even parts instead where narrowing would wrap a line into more than
-    :data:`MAX_PIECES` and parts keep every line within that); transposed (a row per column, a column per row) when it has at most
-    :data:`TRANSPOSE_MAX_ROWS` rows; split into several tables side by side no more, each repeating the
+    :data:`MAX_PIECES` and parts keep every line within that); transposed (a row per column, a
+    column per row) when it has at most :data:`TRANSPOSE_MAX_ROWS` rows; split into several tables side by side no more, each repeating the
     first ``keys`` columns (the names of a row: ``language``, ``model``) before as many other columns
     as fit; one block per row (a ``column: value`` line per cell), which fits any width."""
 
