@@ -22,7 +22,7 @@ LAYERS: list[set[str]] = [
     {"forecasters", "agents", "envs", "langs", "memory", "data", "reference"},
     {"tracking", "records"},
     {"kernels"},
-    {"plots", "config", "errors", "seeding", "runtime", "devices", "plugins", "tables", "__init__"},
+    {"plots", "config", "errors", "seeding", "runtime", "devices", "plugins", "tables", "units", "__init__"},
 ]
 
 
