@@ -41,9 +41,13 @@ def _plain(cell: Any) -> str:
     return cell.plain if isinstance(cell, Text) else str(cell)
 
 
-def _longest_word(text: str, glue: bool = True) -> int:
+def _words(text: str, glue: bool = True) -> list[str]:
     # "0.762 ± 0.144" wraps as "0.762 ±" / "0.144" where it can: a ± stays with the number before it.
-    return max((cell_len(word) for word in (text.replace(" ±", "_±") if glue else text).split()), default=0)
+    return (text.replace(" ±", "_±") if glue else text).split()
+
+
+def _longest_word(text: str, glue: bool = True) -> int:
+    return max((cell_len(word) for word in _words(text, glue)), default=0)
 
 
 def _longest_line(text: str) -> int:
@@ -74,9 +78,10 @@ class FittedTable:
     Four layouts, the first that fits: the table as given, its columns narrowed where wrapping costs
     least (split into even parts instead where narrowing would wrap a line into more than
     :data:`MAX_PIECES` and parts keep every line within that); transposed (a row per column, a
-    column per row) when it has at most :data:`TRANSPOSE_MAX_ROWS` rows; split into several tables side by side no more, each repeating the
-    first ``keys`` columns (the names of a row: ``language``, ``model``) before as many other columns
-    as fit; one block per row (a ``column: value`` line per cell), which fits any width."""
+    column per row) when it has at most :data:`TRANSPOSE_MAX_ROWS` rows; split into several tables
+    side by side no more, each repeating the first ``keys`` columns (the names of a row:
+    ``language``, ``model``) before as many other columns as fit; one block per row (a
+    ``column: value`` line per cell), which fits any width."""
 
     def __init__(self, title: str, header: Sequence[Any], rows: Sequence[Sequence[Any]], *,
                  caption: str | None = None, show_lines: bool = False, keys: int = 0) -> None:
@@ -114,11 +119,8 @@ class FittedTable:
         where no line of its cells wraps into more pieces than that, and the groups (as many as packing
         them in order needs) are as even in size as fit: four columns in two parts, two and two, not
         three and one (a split only to keep lines whole; otherwise each part takes as many as fit)."""
-        keys = list(range(self.keys))
-
         def fits(group: Sequence[int]) -> bool:
-            chosen = [*keys, *group]
-            header, rows = [self.header[c] for c in chosen], [[row[c] for c in chosen] for row in self.rows]
+            header, rows = self._columns(group)
             plan = _plan(header, rows, width)
             return plan is not False and (max_pieces is None or plan is None or _pieces(header, rows, plan) <= max_pieces)
 
@@ -140,13 +142,16 @@ class FittedTable:
             groups = even
         out = []
         for n, group in enumerate(groups, start=1):
-            chosen = [*keys, *group]
-            header = [self.header[c] for c in chosen]
-            rows = [[row[c] for c in chosen] for row in self.rows]
+            header, rows = self._columns(group)
             # A title of several lines (a caveat) prints in full once; the later parts say whose they are.
             title = self.title if n == 1 or cell_len(self.title) <= width else "the table above, continued"
             out.append(self._build(f"{title} ({n}/{len(groups)})", header, rows, _plan(header, rows, width) or None))
         return out
+
+    def _columns(self, group: Sequence[int]) -> tuple[list[str], list[list[Any]]]:
+        """The header and rows of the key columns and then the columns ``group``."""
+        chosen = [*range(self.keys), *group]
+        return [self.header[c] for c in chosen], [[row[c] for c in chosen] for row in self.rows]
 
     def _build(self, title: str, header: Sequence[str], rows: Sequence[Sequence[Any]], widths: list[int] | None, *,
                show_header: bool = True) -> Table:
@@ -178,9 +183,8 @@ def _wrapped_lines(text: str, width: int, glue: bool = True) -> int:
     spaces as rich wraps it (a ``±`` kept with the number before it where ``glue``)."""
     most = 1
     for line in text.splitlines():
-        words = (line.replace(" ±", "_±") if glue else line).split()
         lines, used = 1, -1
-        for word in words:
+        for word in _words(line, glue):
             if used >= 0 and used + 1 + cell_len(word) > width:
                 lines, used = lines + 1, cell_len(word)
             else:

@@ -646,8 +646,8 @@ axes' labels run into each other. It then draws the most important ones, in orde
 def _parallel_coordinate(plot: Callable[..., Any], study: optuna.Study,
                          evaluator: optuna.importance.BaseImportanceEvaluator | None = None) -> Any:
     """Optuna's parallel-coordinate figure over at most :data:`PARALLEL_PARAMS` parameters, as wide as
-    its axes need: the most important, by ``evaluator`` (default :func:`_importances`), then, where fewer are ranked, those
-    fANOVA leaves unranked because not every trial has them (an RSA study's dilations, drawn only
+    its axes need: the most important, by ``evaluator`` (default :func:`_importances`), then, where
+    fewer are ranked, those fANOVA leaves unranked because not every trial has them (an RSA study's dilations, drawn only
     where a trial has dilated heads), by name; the title says which."""
     params = sorted({name for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)) for name in t.params})
     if len(params) <= PARALLEL_PARAMS:
